@@ -1,0 +1,16 @@
+// SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause)
+/*
+ * Host ends of a topology: a veth only delivers frames another interface
+ * XDP_REDIRECTs into it when its own end runs an XDP program, so every host
+ * interface gets this one. It passes everything to the stack.
+ */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+SEC("xdp")
+int incxdp_pass(struct xdp_md *ctx)
+{
+	return XDP_PASS;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
