@@ -15,6 +15,7 @@
 #define INCXDP_PROTO_H
 
 #include <linux/types.h>
+#include "compiler.h"
 
 #define INCXDP_UDP_PORT 0xBEF0 /* default; `incxdp load --native-port` */
 #define INCXDP_MAGIC 0x1C
@@ -67,9 +68,11 @@ struct incxdp_hdr {
 	__s8 exp;        /* block exponent; the switch keeps the signed max */
 	__u8 flags;      /* reserved, 0 */
 	__be16 reserved; /* 0 */
+	__u32 tsi;       /* opaque to the switch, echoed in results */
 } __attribute__((packed));
 
 #define INCXDP_HDR_LEN 32
+INCXDP_STATIC_ASSERT(sizeof(struct incxdp_hdr) == INCXDP_HDR_LEN, "native header layout");
 
 static inline __u8 incxdp_hdr_version(const struct incxdp_hdr *h)
 {

@@ -7,6 +7,7 @@
 #define INCXDP_SWITCHML_H
 
 #include <linux/types.h>
+#include "compiler.h"
 
 /* The switch accepts any destination port in this range. */
 #define SWITCHML_UDP_PORT_MIN 0xBEE0
@@ -33,6 +34,7 @@ struct switchml_hdr {
 } __attribute__((packed));
 
 #define SWITCHML_HDR_LEN 10
+INCXDP_STATIC_ASSERT(sizeof(struct switchml_hdr) == SWITCHML_HDR_LEN, "SwitchML header layout");
 
 static inline __u8 switchml_msg_type(const struct switchml_hdr *h)
 {

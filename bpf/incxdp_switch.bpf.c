@@ -1,0 +1,225 @@
+// SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause)
+/*
+ * incxdp switch: in-network aggregation on the XDP fast path.
+ *
+ * incxdp_ingress runs on every switch port. Aggregation frames (SwitchML on
+ * UDP 0xBEE0-0xBEEF, native incxdp on native_port) from registered workers
+ * are added into their job's slot; the frame completing a slot becomes the
+ * result and is broadcast through the incxdp_ports devmap, where
+ * incxdp_egress_rewrite addresses each copy to the job's worker behind that
+ * port (a P4 multicast group plus egress rewrite). Everything else passes.
+ */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "parse.h"
+#include "maps.bpf.h"
+#include "decode.h"
+#include "agg.h"
+
+/* Set by the loader before load (`incxdp load --native-port`). */
+const volatile __u16 native_port = INCXDP_UDP_PORT;
+
+enum l4_kind { L4_OTHER, L4_SWITCHML, L4_NATIVE };
+
+struct frame {
+	struct ethhdr *eth;
+	struct iphdr *ip;
+	struct udphdr *udp;
+	void *end;
+};
+
+static __always_inline enum l4_kind classify(struct cursor *c, struct frame *f)
+{
+	__u16 dport;
+
+	f->eth = parse_eth(c);
+	if (!f->eth || f->eth->h_proto != bpf_htons(ETH_P_IP))
+		return L4_OTHER;
+	f->ip = parse_ipv4_plain(c);
+	if (!f->ip || f->ip->protocol != IPPROTO_UDP)
+		return L4_OTHER;
+	f->udp = parse_udp(c);
+	if (!f->udp)
+		return L4_OTHER;
+	dport = bpf_ntohs(f->udp->dest);
+	if (dport >= SWITCHML_UDP_PORT_MIN && dport <= SWITCHML_UDP_PORT_MAX)
+		return L4_SWITCHML;
+	if (dport == native_port)
+		return L4_NATIVE;
+	return L4_OTHER;
+}
+
+static __always_inline struct incxdp_worker *lookup_sender(const struct frame *f)
+{
+	struct incxdp_worker_key key = {};
+
+	__builtin_memcpy(key.mac, f->eth->h_source, ETH_ALEN);
+	key.port = f->udp->source;
+	key.ip = f->ip->saddr;
+	return bpf_map_lookup_elem(&incxdp_workers, &key);
+}
+
+/* Sends the frame back where it came from: the unicast of a cached result. */
+static __always_inline int reply_unicast(struct frame *f)
+{
+	__u8 mac[ETH_ALEN];
+	__be32 ip = f->ip->saddr;
+	__be16 port = f->udp->source;
+
+	__builtin_memcpy(mac, f->eth->h_source, ETH_ALEN);
+	__builtin_memcpy(f->eth->h_source, f->eth->h_dest, ETH_ALEN);
+	__builtin_memcpy(f->eth->h_dest, mac, ETH_ALEN);
+	f->ip->saddr = f->ip->daddr;
+	f->ip->daddr = ip;
+	f->ip->ttl = 64;
+	ipv4_csum_update(f->ip);
+	f->udp->source = f->udp->dest;
+	f->udp->dest = port;
+	f->udp->check = 0; /* optional for IPv4; the payload changed */
+	return XDP_TX;
+}
+
+/*
+ * The egress stage needs the job to find each port's rewrite. The IP ID of
+ * the result is free (we rewrite the header anyway, and results are never
+ * fragmented), so it carries the job id across the devmap broadcast; this
+ * works in native and generic (skb) mode alike, unlike XDP metadata.
+ */
+static __always_inline int multicast_result(struct frame *f, __u32 job)
+{
+	long ret;
+
+	f->ip->id = bpf_htons((__u16)job);
+	ret = bpf_redirect_map(&incxdp_ports, 0, BPF_F_BROADCAST);
+	if (ret != XDP_REDIRECT) {
+		stat_inc(INCXDP_STAT_REDIRECT_FAIL);
+		return XDP_DROP;
+	}
+	return XDP_REDIRECT;
+}
+
+static __always_inline int aggregate(struct cursor *c, struct frame *f, enum l4_kind kind)
+{
+	struct contrib k = {};
+	struct incxdp_worker *w;
+	struct incxdp_job *job;
+	struct incxdp_slot *slot;
+	__u32 idx;
+	__s8 exp0, exp1;
+
+	if ((kind == L4_SWITCHML ? decode_switchml(c, &k) : decode_native(c, &k)) < 0) {
+		stat_inc(INCXDP_STAT_MALFORMED);
+		return XDP_DROP;
+	}
+	w = lookup_sender(f);
+	if (!w) {
+		stat_inc(INCXDP_STAT_UNKNOWN_SENDER);
+		return XDP_DROP;
+	}
+	if (k.wire == INCXDP_WIRE_SWITCHML) {
+		k.job = w->job;
+		k.rank = w->rank;
+	}
+	idx = w->job;
+	job = bpf_map_lookup_elem(&incxdp_jobs, &idx);
+	/* The header's job and rank must be the ones the sender is registered
+	 * with: a worker cannot contribute as another rank or to another job. */
+	if (!job || !job->active || k.job != w->job || k.rank != w->rank ||
+	    k.rank >= job->nworkers || (k.nworkers && k.nworkers != job->nworkers)) {
+		stat_inc(INCXDP_STAT_BAD_JOB);
+		return XDP_DROP;
+	}
+	if (k.slot >= job->pool_size || k.nelems > job->max_elems) {
+		stat_inc(INCXDP_STAT_BAD_SLOT);
+		return XDP_DROP;
+	}
+	idx = job->pool_base + k.slot;
+	slot = bpf_map_lookup_elem(&incxdp_slots, &idx);
+	if (!slot) {
+		stat_inc(INCXDP_STAT_BAD_SLOT);
+		return XDP_DROP;
+	}
+
+	switch (agg_apply(slot, &k, job->nworkers, c->end, &exp0, &exp1)) {
+	case AGG_CONSUMED:
+		stat_inc(INCXDP_STAT_CONSUMED);
+		return XDP_DROP;
+	case AGG_RETX_PENDING:
+		stat_inc(INCXDP_STAT_RETX_DROP);
+		return XDP_DROP;
+	case AGG_STALE:
+		stat_inc(INCXDP_STAT_STALE);
+		return XDP_DROP;
+	case AGG_MISMATCH:
+		stat_inc(INCXDP_STAT_MISMATCH);
+		return XDP_DROP;
+	case AGG_RETX_RESULT:
+		agg_store_result(slot->vals[k.set & 1], &k, c->end);
+		encode_result_hdr(&k, exp0, exp1, c->end);
+		stat_inc(INCXDP_STAT_RETX_UNICAST);
+		return reply_unicast(f);
+	case AGG_COMPLETED:
+		agg_store_result(slot->vals[k.set & 1], &k, c->end);
+		encode_result_hdr(&k, exp0, exp1, c->end);
+		stat_inc(INCXDP_STAT_COMPLETED);
+		return multicast_result(f, w->job);
+	}
+	return XDP_DROP;
+}
+
+SEC("xdp")
+int incxdp_ingress(struct xdp_md *ctx)
+{
+	struct cursor c;
+	struct frame f = {};
+	enum l4_kind kind;
+
+	stat_inc(INCXDP_STAT_RX);
+	cursor_init(&c, ctx);
+	f.end = c.end;
+	kind = classify(&c, &f);
+	if (kind == L4_OTHER) {
+		stat_inc(INCXDP_STAT_PASS);
+		return XDP_PASS;
+	}
+	return aggregate(&c, &f, kind);
+}
+
+/* Runs once per broadcast copy, on the devmap entry of the egress port. */
+SEC("xdp/devmap")
+int incxdp_egress_rewrite(struct xdp_md *ctx)
+{
+	struct cursor c;
+	struct frame f = {};
+	struct incxdp_egress_key key;
+	struct incxdp_egress *rw;
+
+	cursor_init(&c, ctx);
+	if (classify(&c, &f) == L4_OTHER) {
+		stat_inc(INCXDP_STAT_EGRESS_DROP);
+		return XDP_DROP;
+	}
+	key.job = bpf_ntohs(f.ip->id);
+	key.ifindex = ctx->egress_ifindex;
+	rw = bpf_map_lookup_elem(&incxdp_egress, &key);
+	if (!rw) {
+		stat_inc(INCXDP_STAT_EGRESS_DROP);
+		return XDP_DROP;
+	}
+	__builtin_memcpy(f.eth->h_dest, rw->dst_mac, ETH_ALEN);
+	__builtin_memcpy(f.eth->h_source, rw->src_mac, ETH_ALEN);
+	f.ip->saddr = rw->src_ip;
+	f.ip->daddr = rw->dst_ip;
+	f.ip->id = 0;
+	f.ip->ttl = 64;
+	ipv4_csum_update(f.ip);
+	f.udp->source = rw->src_port;
+	f.udp->dest = rw->dst_port;
+	f.udp->check = 0;
+	stat_inc(INCXDP_STAT_EGRESS_TX);
+	return XDP_PASS; /* in a devmap program, PASS means "transmit" */
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

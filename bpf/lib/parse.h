@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
+/*
+ * Cursor-style header parsing (after xdp-tutorial's hdr_cursor): each helper
+ * checks its header against data_end right before handing it out, advances
+ * the cursor, and returns NULL when the frame is too short.
+ */
+#ifndef INCXDP_PARSE_H
+#define INCXDP_PARSE_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+struct cursor {
+	void *pos;
+	void *end;
+};
+
+static __always_inline void cursor_init(struct cursor *c, struct xdp_md *ctx)
+{
+	c->pos = (void *)(long)ctx->data;
+	c->end = (void *)(long)ctx->data_end;
+}
+
+/* Returns a pointer to `len` bytes at the cursor and advances past them. */
+#define CURSOR_TAKE(c, type)                                                  \
+	({                                                                    \
+		type *__p = (c)->pos;                                         \
+		if ((void *)(__p + 1) > (c)->end)                            \
+			__p = NULL;                                           \
+		else                                                          \
+			(c)->pos = __p + 1;                                   \
+		__p;                                                          \
+	})
+
+static __always_inline struct ethhdr *parse_eth(struct cursor *c)
+{
+	return CURSOR_TAKE(c, struct ethhdr);
+}
+
+/*
+ * Only option-less, unfragmented IPv4 carries aggregation traffic: the
+ * engine rewrites headers in place and a fragment cannot be aggregated.
+ * Anything else is left to the stack by the caller.
+ */
+static __always_inline struct iphdr *parse_ipv4_plain(struct cursor *c)
+{
+	struct iphdr *ip = CURSOR_TAKE(c, struct iphdr);
+
+	if (!ip || ip->ihl != 5 || ip->version != 4)
+		return NULL;
+	if (ip->frag_off & bpf_htons(0x3fff)) /* MF or an offset */
+		return NULL;
+	return ip;
+}
+
+static __always_inline struct udphdr *parse_udp(struct cursor *c)
+{
+	return CURSOR_TAKE(c, struct udphdr);
+}
+
+/* RFC 1071 checksum of an option-less IPv4 header. */
+static __always_inline void ipv4_csum_update(struct iphdr *ip)
+{
+	__u16 *w = (__u16 *)ip;
+	__u32 sum = 0;
+
+	ip->check = 0;
+#pragma unroll
+	for (int i = 0; i < (int)(sizeof(*ip) / 2); i++)
+		sum += w[i];
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	ip->check = (__u16)~sum;
+}
+
+#endif

@@ -1,0 +1,316 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// Jobs: the rules SwitchML's controller writes into the Tofino tables,
+// written into the engine's maps instead: the worker table (address ->
+// job, rank), the multicast group with its per-port rewrite, and a slot
+// pool carved out of the shared slot array.
+#include "pinned_maps.h"
+#include "port_util.h"
+
+#include <bpf/bpf.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <arpa/inet.h>
+#include <cstring>
+#include <memory>
+#include <regex>
+#include <set>
+
+namespace incxdp::ctl {
+
+namespace {
+
+std::string ip_to_string(uint32_t be_ip)
+{
+    char buf[INET_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET, &be_ip, buf, sizeof(buf));
+    return buf;
+}
+
+uint32_t parse_ip(const std::string &s, const std::string &what)
+{
+    in_addr a{};
+    if (inet_pton(AF_INET, s.c_str(), &a) != 1)
+        throw CtlError(fmt::format("{}: '{}' is not an IPv4 address", what, s));
+    return a.s_addr;
+}
+
+incxdp_worker_key worker_key(const WorkerSpec &w)
+{
+    incxdp_worker_key k{};
+    std::memcpy(k.mac, w.mac.data(), 6);
+    k.port = htons(w.port);
+    k.ip = w.ip;
+    return k;
+}
+
+std::map<uint32_t, incxdp_job> active_jobs(const PinnedMaps &m)
+{
+    std::map<uint32_t, incxdp_job> out;
+    for (uint32_t id = 0; id < INCXDP_MAX_JOBS; id++) {
+        incxdp_job j{};
+        if (bpf_map_lookup_elem(m.jobs.get(), &id, &j) == 0 && j.active)
+            out[id] = j;
+    }
+    return out;
+}
+
+// First fit in the shared slot array.
+uint32_t allocate_pool(const PinnedMaps &m, uint32_t size)
+{
+    std::vector<std::pair<uint32_t, uint32_t>> used;
+    for (const auto &[id, j] : active_jobs(m))
+        used.emplace_back(j.pool_base, j.pool_base + j.pool_size);
+    std::sort(used.begin(), used.end());
+    uint32_t total = m.slot_entries(), at = 0, free_total = 0;
+    for (const auto &[b, e] : used) {
+        if (b >= at && b - at >= size)
+            return at;
+        free_total += b > at ? b - at : 0;
+        at = std::max(at, e);
+    }
+    if (total >= at && total - at >= size)
+        return at;
+    free_total += total > at ? total - at : 0;
+    throw CtlError(fmt::format("job needs {} slots but the switch has {} of {} free in one range "
+                               "(free slots with 'incxdp job del', or reload with a larger --slots)",
+                               size, free_total, total));
+}
+
+void zero_slots(const PinnedMaps &m, uint32_t base, uint32_t size)
+{
+    auto zero = std::make_unique<incxdp_slot>();
+    std::memset(zero.get(), 0, sizeof(incxdp_slot));
+    for (uint32_t i = base; i < base + size; i++)
+        if (bpf_map_update_elem(m.slots.get(), &i, zero.get(), BPF_ANY) != 0)
+            throw CtlError(errno_msg(fmt::format("cannot reset slot {}", i), errno));
+}
+
+void validate(const JobSpec &job)
+{
+    if (job.id >= INCXDP_MAX_JOBS)
+        throw CtlError(fmt::format("job id {} out of range (0..{})", job.id, INCXDP_MAX_JOBS - 1));
+    size_t n = job.workers.size();
+    if (n == 0 || n > INCXDP_MAX_WORKERS)
+        throw CtlError(fmt::format("job {}: {} workers; a job has 1..{}", job.id, n, INCXDP_MAX_WORKERS));
+    std::vector<bool> rank_seen(n);
+    std::set<std::tuple<topo::Mac, uint32_t, uint16_t>> addrs;
+    for (const auto &w : job.workers) {
+        if (w.rank >= n)
+            throw CtlError(fmt::format("job {}: rank {} out of range for {} workers", job.id, w.rank, n));
+        if (rank_seen[w.rank])
+            throw CtlError(fmt::format("job {}: rank {} given twice", job.id, w.rank));
+        rank_seen[w.rank] = true;
+        if (!addrs.insert({w.mac, w.ip, w.port}).second)
+            throw CtlError(fmt::format("job {}: two ranks share the address {}/{}:{}", job.id,
+                                       topo::mac_to_string(w.mac), ip_to_string(w.ip), w.port));
+    }
+    if (job.slots == 0 || job.slots > INCXDP_SLOT_INDEX_MASK + 1)
+        throw CtlError(fmt::format("job {}: slots {} out of range (1..{})", job.id, job.slots,
+                                   INCXDP_SLOT_INDEX_MASK + 1));
+    if (job.max_elems == 0 || job.max_elems > INCXDP_MAX_ELEMS)
+        throw CtlError(fmt::format("job {}: max elems {} out of range (1..{})", job.id, job.max_elems,
+                                   INCXDP_MAX_ELEMS));
+    if (job.switch_ip == 0)
+        throw CtlError(fmt::format("job {}: no switch address (--switch-ip)", job.id));
+}
+
+} // namespace
+
+WorkerSpec parse_worker_spec(const std::string &s)
+{
+    static const std::regex re(R"(^(\d+)=([0-9A-Fa-f:]{17})/([0-9.]+):(\d+)@([^\s@]+)$)");
+    std::smatch mt;
+    if (!std::regex_match(s, mt, re))
+        throw CtlError(fmt::format("malformed worker '{}': expected RANK=MAC/IP:PORT@IFACE, "
+                                   "e.g. 0=02:00:00:00:00:01/10.0.0.1:4000@p-w0", s));
+    WorkerSpec w;
+    unsigned long rank = std::stoul(mt[1]), port = std::stoul(mt[4]);
+    if (rank >= INCXDP_MAX_WORKERS)
+        throw CtlError(fmt::format("worker '{}': rank {} out of range (0..{})", s, rank, INCXDP_MAX_WORKERS - 1));
+    if (port == 0 || port > 65535)
+        throw CtlError(fmt::format("worker '{}': UDP port {} out of range", s, port));
+    w.rank = static_cast<uint16_t>(rank);
+    try {
+        w.mac = topo::mac_from_string(mt[2]);
+    } catch (const std::exception &e) {
+        throw CtlError(fmt::format("worker '{}': {}", s, e.what()));
+    }
+    w.ip = parse_ip(mt[3], fmt::format("worker '{}'", s));
+    w.port = static_cast<uint16_t>(port);
+    w.iface = mt[5];
+    return w;
+}
+
+JobSpec job_from_topology(const topo::Topology &t, uint32_t id)
+{
+    const topo::Job &tj = t.job(id);
+    const topo::Node &sw = t.node(tj.switch_name);
+    JobSpec job;
+    job.id = id;
+    job.switch_ip = parse_ip(sw.ip, fmt::format("switch {}", sw.name));
+    job.slots = tj.slots;
+    for (size_t r = 0; r < tj.workers.size(); r++) {
+        const topo::Node &h = t.node(tj.workers[r]);
+        WorkerSpec w;
+        w.rank = static_cast<uint16_t>(r);
+        w.mac = t.host_iface_for(h.name, sw.name).mac;
+        w.ip = parse_ip(h.ip, fmt::format("host {}", h.name));
+        w.port = tj.worker_port;
+        w.iface = t.switch_port_for(sw.name, h.name).name;
+        job.workers.push_back(w);
+    }
+    return job;
+}
+
+void job_add(const JobSpec &job, const std::string &pin_dir)
+{
+    validate(job);
+    PinnedMaps m = PinnedMaps::open(pin_dir);
+
+    incxdp_job existing{};
+    if (bpf_map_lookup_elem(m.jobs.get(), &job.id, &existing) == 0 && existing.active)
+        throw CtlError(fmt::format("job {} already exists (incxdp job del {} first)", job.id, job.id));
+
+    // Resolve everything before the first write.
+    struct Port {
+        uint32_t ifindex;
+        topo::Mac mac;
+    };
+    std::vector<Port> ports;
+    for (const auto &w : job.workers) {
+        uint32_t ifx = ifindex_of(w.iface);
+        struct bpf_devmap_val dv {};
+        if (bpf_map_lookup_elem(m.ports.get(), &ifx, &dv) != 0)
+            throw CtlError(fmt::format("job {}: rank {} is reached through {}, where incxdp is not loaded",
+                                       job.id, w.rank, w.iface));
+        for (const auto &p : ports)
+            if (p.ifindex == ifx)
+                throw CtlError(fmt::format("job {}: two workers behind port {}; a job has one worker per port",
+                                           job.id, w.iface));
+        ports.push_back({ifx, mac_of(w.iface)});
+        incxdp_worker_key k = worker_key(w);
+        incxdp_worker other{};
+        if (bpf_map_lookup_elem(m.workers.get(), &k, &other) == 0)
+            throw CtlError(fmt::format("job {}: worker {}/{}:{} already belongs to job {} as rank {}", job.id,
+                                       topo::mac_to_string(w.mac), ip_to_string(w.ip), w.port, other.job,
+                                       other.rank));
+    }
+    uint32_t base = allocate_pool(m, job.slots);
+
+    // Write order: slots, rewrites, workers, and the job entry last, so the
+    // data path sees nothing of the job until all of it is in place.
+    std::vector<incxdp_worker_key> added_workers;
+    std::vector<incxdp_egress_key> added_egress;
+    auto undo = [&] {
+        for (auto &k : added_workers)
+            bpf_map_delete_elem(m.workers.get(), &k);
+        for (auto &k : added_egress)
+            bpf_map_delete_elem(m.egress.get(), &k);
+    };
+    try {
+        zero_slots(m, base, job.slots);
+        uint32_t mask = 0;
+        for (size_t i = 0; i < job.workers.size(); i++) {
+            const WorkerSpec &w = job.workers[i];
+            incxdp_egress_key ek{job.id, ports[i].ifindex};
+            incxdp_egress ev{};
+            std::memcpy(ev.dst_mac, w.mac.data(), 6);
+            std::memcpy(ev.src_mac, ports[i].mac.data(), 6);
+            ev.dst_ip = w.ip;
+            ev.src_ip = job.switch_ip;
+            ev.dst_port = htons(w.port);
+            ev.src_port = htons(job.switch_port);
+            if (bpf_map_update_elem(m.egress.get(), &ek, &ev, BPF_NOEXIST) != 0)
+                throw CtlError(errno_msg(fmt::format("job {}: cannot add the rewrite for {}", job.id, w.iface), errno));
+            added_egress.push_back(ek);
+
+            incxdp_worker_key wk = worker_key(w);
+            incxdp_worker wv{job.id, w.rank, 0};
+            if (bpf_map_update_elem(m.workers.get(), &wk, &wv, BPF_NOEXIST) != 0)
+                throw CtlError(errno_msg(fmt::format("job {}: cannot add worker rank {}", job.id, w.rank), errno));
+            added_workers.push_back(wk);
+            mask |= 1u << w.rank;
+        }
+        incxdp_job jv{};
+        jv.active = 1;
+        jv.nworkers = static_cast<uint32_t>(job.workers.size());
+        jv.pool_base = base;
+        jv.pool_size = job.slots;
+        jv.worker_mask = mask;
+        jv.max_elems = job.max_elems;
+        jv.switch_ip = job.switch_ip;
+        jv.switch_port = htons(job.switch_port);
+        if (bpf_map_update_elem(m.jobs.get(), &job.id, &jv, BPF_ANY) != 0)
+            throw CtlError(errno_msg(fmt::format("cannot install job {}", job.id), errno));
+    } catch (...) {
+        undo();
+        throw;
+    }
+}
+
+std::vector<JobInfo> job_list(const std::string &pin_dir)
+{
+    PinnedMaps m = PinnedMaps::open(pin_dir);
+    std::vector<JobInfo> out;
+    std::map<uint32_t, std::vector<WorkerSpec>> workers;
+    for (const auto &k : map_keys<incxdp_worker_key>(m.workers.get())) {
+        incxdp_worker v{};
+        if (bpf_map_lookup_elem(m.workers.get(), &k, &v) != 0)
+            continue;
+        WorkerSpec w;
+        w.rank = v.rank;
+        std::memcpy(w.mac.data(), k.mac, 6);
+        w.ip = k.ip;
+        w.port = ntohs(k.port);
+        workers[v.job].push_back(w);
+    }
+    // The port each worker is reached through, from the rewrite table.
+    std::map<std::pair<uint32_t, uint32_t>, uint32_t> port_of; // (job, dst ip) -> ifindex
+    for (const auto &k : map_keys<incxdp_egress_key>(m.egress.get())) {
+        incxdp_egress ev{};
+        if (bpf_map_lookup_elem(m.egress.get(), &k, &ev) == 0)
+            port_of[{k.job, ev.dst_ip}] = k.ifindex;
+    }
+    for (const auto &[id, j] : active_jobs(m)) {
+        JobInfo info;
+        info.id = id;
+        info.nworkers = j.nworkers;
+        info.pool_base = j.pool_base;
+        info.pool_size = j.pool_size;
+        info.max_elems = j.max_elems;
+        info.switch_addr = fmt::format("{}:{}", ip_to_string(j.switch_ip), ntohs(j.switch_port));
+        info.workers = workers[id];
+        for (auto &w : info.workers)
+            if (auto it = port_of.find({id, w.ip}); it != port_of.end())
+                w.iface = ifname_of(it->second);
+        std::sort(info.workers.begin(), info.workers.end(),
+                  [](const WorkerSpec &a, const WorkerSpec &b) { return a.rank < b.rank; });
+        out.push_back(std::move(info));
+    }
+    return out;
+}
+
+void job_del(uint32_t id, const std::string &pin_dir)
+{
+    PinnedMaps m = PinnedMaps::open(pin_dir);
+    incxdp_job j{};
+    if (id >= INCXDP_MAX_JOBS || bpf_map_lookup_elem(m.jobs.get(), &id, &j) != 0 || !j.active)
+        throw CtlError(fmt::format("no job {}", id));
+    // Deactivate first: from here on the data path drops the job's frames.
+    incxdp_job none{};
+    if (bpf_map_update_elem(m.jobs.get(), &id, &none, BPF_ANY) != 0)
+        throw CtlError(errno_msg(fmt::format("cannot remove job {}", id), errno));
+
+    for (const auto &k : map_keys<incxdp_worker_key>(m.workers.get())) {
+        incxdp_worker v{};
+        if (bpf_map_lookup_elem(m.workers.get(), &k, &v) == 0 && v.job == id)
+            bpf_map_delete_elem(m.workers.get(), &k);
+    }
+    for (const auto &k : map_keys<incxdp_egress_key>(m.egress.get()))
+        if (k.job == id)
+            bpf_map_delete_elem(m.egress.get(), &k);
+    zero_slots(m, j.pool_base, j.pool_size);
+}
+
+} // namespace incxdp::ctl

@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: BSD-2-Clause
+#include "pinned_maps.h"
+
+#include <bpf/bpf.h>
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <linux/magic.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+namespace incxdp::ctl {
+
+Fd &Fd::operator=(Fd &&o) noexcept
+{
+    if (this != &o) {
+        if (fd_ >= 0)
+            ::close(fd_);
+        fd_ = o.release();
+    }
+    return *this;
+}
+
+Fd::~Fd()
+{
+    if (fd_ >= 0)
+        ::close(fd_);
+}
+
+int Fd::release()
+{
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+}
+
+std::string default_pin_dir()
+{
+    const char *env = std::getenv("INCXDP_PIN_DIR");
+    return env && *env ? env : INCXDP_PIN_DIR;
+}
+
+std::string errno_msg(const std::string &what, int err)
+{
+    if (err < 0)
+        err = -err;
+    return fmt::format("{}: {} ({})", what, std::strerror(err), err);
+}
+
+std::string map_pin_path(const std::string &dir, const char *map_name)
+{
+    return dir + "/" + map_name;
+}
+
+void ensure_bpffs(const std::string &pin_dir)
+{
+    const std::string root = "/sys/fs/bpf";
+    if (pin_dir.rfind(root, 0) != 0)
+        return;
+    struct statfs st {};
+    if (statfs(root.c_str(), &st) == 0 && st.f_type == BPF_FS_MAGIC)
+        return;
+    // Fresh machines (and containers) may not have bpffs mounted; pinning
+    // needs it, as do libxdp's dispatcher pins.
+    if (mount("bpf", root.c_str(), "bpf", 0, "mode=0700") != 0)
+        throw CtlError(errno_msg("cannot mount bpffs on " + root, errno));
+}
+
+static Fd open_pin(const std::string &dir, const char *name)
+{
+    std::string path = map_pin_path(dir, name);
+    int fd = bpf_obj_get(path.c_str());
+    if (fd < 0)
+        throw CtlError(errno_msg("cannot open pinned map " + path, errno));
+    return Fd(fd);
+}
+
+bool PinnedMaps::present(const std::string &dir)
+{
+    return ::access(map_pin_path(dir, INCXDP_MAP_PORTS).c_str(), F_OK) == 0;
+}
+
+PinnedMaps PinnedMaps::open(const std::string &dir)
+{
+    ensure_bpffs(dir);
+    if (!present(dir))
+        throw CtlError(fmt::format("incxdp is not loaded (no pinned maps in {}); run 'incxdp load' first", dir));
+    PinnedMaps m;
+    m.dir = dir;
+    m.slots = open_pin(dir, INCXDP_MAP_SLOTS);
+    m.jobs = open_pin(dir, INCXDP_MAP_JOBS);
+    m.workers = open_pin(dir, INCXDP_MAP_WORKERS);
+    m.egress = open_pin(dir, INCXDP_MAP_EGRESS);
+    m.ports = open_pin(dir, INCXDP_MAP_PORTS);
+    m.stats = open_pin(dir, INCXDP_MAP_STATS);
+    return m;
+}
+
+uint32_t PinnedMaps::slot_entries() const
+{
+    struct bpf_map_info info {};
+    __u32 len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(slots.get(), &info, &len) != 0)
+        throw CtlError(errno_msg("cannot query map " INCXDP_MAP_SLOTS, errno));
+    return info.max_entries;
+}
+
+} // namespace incxdp::ctl

@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// The engine's maps reopened from their pins by a process that did not load
+// them (job, stats, status, unload).
+#pragma once
+
+#include <incxdp/ctl.h>
+
+#include <bpf/bpf.h>
+
+#include <string>
+#include <vector>
+
+namespace incxdp::ctl {
+
+// An owned file descriptor.
+class Fd {
+  public:
+    Fd() = default;
+    explicit Fd(int fd) : fd_(fd) {}
+    Fd(const Fd &) = delete;
+    Fd &operator=(const Fd &) = delete;
+    Fd(Fd &&o) noexcept : fd_(o.release()) {}
+    Fd &operator=(Fd &&o) noexcept;
+    ~Fd();
+    int get() const { return fd_; }
+    int release();
+    explicit operator bool() const { return fd_ >= 0; }
+
+  private:
+    int fd_ = -1;
+};
+
+struct PinnedMaps {
+    std::string dir;
+    Fd slots, jobs, workers, egress, ports, stats;
+
+    // Throws CtlError("incxdp is not loaded ...") if the pins are missing.
+    static PinnedMaps open(const std::string &dir);
+    // True if the directory holds incxdp's pins.
+    static bool present(const std::string &dir);
+    uint32_t slot_entries() const;
+};
+
+// Every key of a map, collected first: deleting while walking with
+// bpf_map_get_next_key would restart the walk.
+template <typename K> std::vector<K> map_keys(int fd)
+{
+    std::vector<K> keys;
+    K key{}, next{};
+    K *prev = nullptr;
+    while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+        keys.push_back(next);
+        key = next;
+        prev = &key;
+    }
+    return keys;
+}
+
+std::string map_pin_path(const std::string &dir, const char *map_name);
+// "what failed: strerror (errno)"
+std::string errno_msg(const std::string &what, int err);
+// Mounts bpffs on /sys/fs/bpf if the pin directory lives there and it is not.
+void ensure_bpffs(const std::string &pin_dir);
+
+} // namespace incxdp::ctl

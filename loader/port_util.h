@@ -1,0 +1,19 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// Interface lookups in the calling process's network namespace.
+#pragma once
+
+#include <incxdp/topology.h>
+
+#include <cstdint>
+#include <string>
+
+namespace incxdp::ctl {
+
+// Throws CtlError("unknown interface 'X'") if it does not exist here.
+uint32_t ifindex_of(const std::string &name);
+// "ifindex N" if it has no name here.
+std::string ifname_of(uint32_t ifindex);
+// The interface's MAC (SIOCGIFHWADDR: sysfs would show the mount's netns).
+topo::Mac mac_of(const std::string &name);
+
+} // namespace incxdp::ctl

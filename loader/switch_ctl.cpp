@@ -1,0 +1,272 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// load / unload / status: the switch object's lifecycle on interfaces.
+#include "pinned_maps.h"
+#include "port_util.h"
+
+#include "incxdp_switch.skel.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <xdp/libxdp.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <set>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace incxdp::ctl {
+
+namespace {
+
+constexpr const char *kIngressProg = "incxdp_ingress";
+
+struct SkelDeleter {
+    void operator()(incxdp_switch *s) const { incxdp_switch__destroy(s); }
+};
+using SkelPtr = std::unique_ptr<incxdp_switch, SkelDeleter>;
+
+struct XdpProgDeleter {
+    void operator()(xdp_program *p) const { xdp_program__close(p); }
+};
+using XdpProgPtr = std::unique_ptr<xdp_program, XdpProgDeleter>;
+
+struct MultiprogDeleter {
+    void operator()(xdp_multiprog *m) const { xdp_multiprog__close(m); }
+};
+using MultiprogPtr = std::unique_ptr<xdp_multiprog, MultiprogDeleter>;
+
+// Runs the registered undo steps in reverse unless dismissed: a failed
+// load leaves nothing half-installed.
+class Rollback {
+  public:
+    ~Rollback()
+    {
+        if (armed_)
+            for (auto it = undo_.rbegin(); it != undo_.rend(); ++it)
+                (*it)();
+    }
+    void add(std::function<void()> f) { undo_.push_back(std::move(f)); }
+    void dismiss() { armed_ = false; }
+
+  private:
+    std::vector<std::function<void()>> undo_;
+    bool armed_ = true;
+};
+
+MultiprogPtr multiprog_of(uint32_t ifindex)
+{
+    xdp_multiprog *mp = xdp_multiprog__get_from_ifindex(static_cast<int>(ifindex));
+    if (libxdp_get_error(mp) || !mp)
+        return nullptr;
+    return MultiprogPtr(mp);
+}
+
+bool is_ours(const xdp_program *p)
+{
+    return p && std::strcmp(xdp_program__name(p), kIngressProg) == 0;
+}
+
+// Finds our program on an interface, whether attached alone (legacy) or as
+// one component of libxdp's dispatcher.
+const xdp_program *find_ours(const xdp_multiprog *mp)
+{
+    if (xdp_multiprog__is_legacy(mp))
+        return is_ours(xdp_multiprog__main_prog(mp)) ? xdp_multiprog__main_prog(mp) : nullptr;
+    for (auto *p = xdp_multiprog__next_prog(nullptr, mp); p; p = xdp_multiprog__next_prog(p, mp))
+        if (is_ours(p))
+            return p;
+    return nullptr;
+}
+
+std::string mode_name(const xdp_multiprog *mp)
+{
+    std::string m;
+    switch (xdp_multiprog__attach_mode(mp)) {
+    case XDP_MODE_NATIVE: m = "native"; break;
+    case XDP_MODE_SKB: m = "skb"; break;
+    case XDP_MODE_HW: m = "hw"; break;
+    default: m = "unknown"; break;
+    }
+    return xdp_multiprog__is_legacy(mp) ? m : "dispatcher/" + m;
+}
+
+void detach_ours(uint32_t ifindex)
+{
+    MultiprogPtr mp = multiprog_of(ifindex);
+    if (!mp)
+        return; // interface gone or nothing attached
+    const xdp_program *ours = find_ours(mp.get());
+    if (!ours)
+        return;
+    int err;
+    if (xdp_multiprog__is_legacy(mp.get()))
+        err = xdp_multiprog__detach(mp.get());
+    else
+        err = xdp_program__detach(const_cast<xdp_program *>(ours), static_cast<int>(ifindex),
+                                  xdp_multiprog__attach_mode(mp.get()), 0);
+    if (err && err != -ENODEV)
+        throw CtlError(errno_msg(fmt::format("cannot detach incxdp from {}", ifname_of(ifindex)), err));
+}
+
+std::vector<uint32_t> loaded_ports(int ports_fd)
+{
+    return map_keys<uint32_t>(ports_fd);
+}
+
+void remove_pins(const std::string &dir)
+{
+    for (const char *name : {INCXDP_MAP_SLOTS, INCXDP_MAP_JOBS, INCXDP_MAP_WORKERS,
+                             INCXDP_MAP_EGRESS, INCXDP_MAP_PORTS, INCXDP_MAP_STATS})
+        ::unlink(map_pin_path(dir, name).c_str());
+    ::rmdir(dir.c_str());
+}
+
+} // namespace
+
+void load(const LoadOptions &opts)
+{
+    if (opts.ifaces.empty())
+        throw CtlError("load: no interface given (--iface IF)");
+    std::vector<uint32_t> ifindexes;
+    std::set<std::string> seen;
+    for (const auto &name : opts.ifaces) {
+        if (!seen.insert(name).second)
+            throw CtlError(fmt::format("interface '{}' given twice", name));
+        ifindexes.push_back(ifindex_of(name));
+    }
+
+    ensure_bpffs(opts.pin_dir);
+    uint32_t slots = opts.slots ? opts.slots : INCXDP_DEFAULT_SLOTS;
+    bool fresh = !PinnedMaps::present(opts.pin_dir);
+    if (!fresh) {
+        // Loading more ports next to a running engine: share its maps.
+        PinnedMaps m = PinnedMaps::open(opts.pin_dir);
+        auto ports = loaded_ports(m.ports.get());
+        for (size_t i = 0; i < ifindexes.size(); i++)
+            if (std::find(ports.begin(), ports.end(), ifindexes[i]) != ports.end())
+                throw CtlError(fmt::format("incxdp is already loaded on {} (run 'incxdp unload --iface {}' first)",
+                                           opts.ifaces[i], opts.ifaces[i]));
+        uint32_t pinned = m.slot_entries();
+        if (opts.slots && opts.slots != pinned)
+            throw CtlError(fmt::format("--slots {} differs from the running engine's {} slots; unload it first",
+                                       opts.slots, pinned));
+        slots = pinned;
+    }
+    if (slots == 0 || slots > (1u << 20))
+        throw CtlError(fmt::format("--slots {} out of range (1..{})", slots, 1u << 20));
+    if (::mkdir(opts.pin_dir.c_str(), 0700) != 0 && errno != EEXIST)
+        throw CtlError(errno_msg("cannot create pin directory " + opts.pin_dir, errno));
+
+    Rollback rollback;
+    if (fresh)
+        rollback.add([dir = opts.pin_dir] { remove_pins(dir); });
+
+    LIBBPF_OPTS(bpf_object_open_opts, open_opts, .pin_root_path = opts.pin_dir.c_str());
+    SkelPtr skel(incxdp_switch__open_opts(&open_opts));
+    if (!skel)
+        throw CtlError(errno_msg("cannot open the incxdp_switch BPF object", errno));
+    skel->rodata->native_port = opts.native_port;
+    if (int err = bpf_map__set_max_entries(skel->maps.incxdp_slots, slots))
+        throw CtlError(errno_msg("cannot size map " INCXDP_MAP_SLOTS, err));
+
+    // libxdp loads the object itself: as a dispatcher component where the
+    // kernel allows it, else attached alone. Either way the maps get pinned.
+    DECLARE_LIBXDP_OPTS(xdp_program_opts, xopts, .obj = skel->obj, .prog_name = kIngressProg);
+    XdpProgPtr prog(xdp_program__create(&xopts));
+    if (long err = libxdp_get_error(prog.get())) {
+        prog.release();
+        throw CtlError(errno_msg("cannot create the XDP program " + std::string(kIngressProg), err));
+    }
+    const auto mode = opts.mode == AttachMode::Native ? XDP_MODE_NATIVE : XDP_MODE_SKB;
+    for (size_t i = 0; i < ifindexes.size(); i++) {
+        int err = xdp_program__attach(prog.get(), static_cast<int>(ifindexes[i]), mode, 0);
+        if (err) {
+            std::string hint = err == -EEXIST || err == -EBUSY
+                                   ? " (another XDP program is attached; detach it or use a multi-program capable setup)"
+                                   : "";
+            throw CtlError(errno_msg(fmt::format("cannot attach {} to {} in {} mode", kIngressProg,
+                                                 opts.ifaces[i], mode == XDP_MODE_NATIVE ? "native" : "skb"),
+                                     err) + hint);
+        }
+        rollback.add([ifx = ifindexes[i]] {
+            try {
+                detach_ours(ifx);
+            } catch (const CtlError &) {
+            }
+        });
+    }
+
+    // Ports join the multicast devmap with the rewrite program as their
+    // egress program; the ingress program broadcasts results into it.
+    int ports_fd = bpf_map__fd(skel->maps.incxdp_ports);
+    int egress_fd = bpf_program__fd(skel->progs.incxdp_egress_rewrite);
+    for (size_t i = 0; i < ifindexes.size(); i++) {
+        struct bpf_devmap_val val {};
+        val.ifindex = ifindexes[i];
+        val.bpf_prog.fd = egress_fd;
+        if (bpf_map_update_elem(ports_fd, &ifindexes[i], &val, BPF_NOEXIST) != 0)
+            throw CtlError(errno_msg(fmt::format("cannot add {} to map " INCXDP_MAP_PORTS, opts.ifaces[i]), errno));
+        rollback.add([ports_fd, ifx = ifindexes[i]] { bpf_map_delete_elem(ports_fd, &ifx); });
+    }
+    rollback.dismiss();
+}
+
+void unload(const std::vector<std::string> &ifaces, const std::string &pin_dir)
+{
+    PinnedMaps m = PinnedMaps::open(pin_dir);
+    auto ports = loaded_ports(m.ports.get());
+    std::vector<uint32_t> targets;
+    if (ifaces.empty()) {
+        targets = ports;
+    } else {
+        for (const auto &name : ifaces) {
+            uint32_t ifx = ifindex_of(name);
+            if (std::find(ports.begin(), ports.end(), ifx) == ports.end())
+                throw CtlError(fmt::format("incxdp is not loaded on {}", name));
+            targets.push_back(ifx);
+        }
+    }
+    for (uint32_t ifx : targets) {
+        detach_ours(ifx);
+        bpf_map_delete_elem(m.ports.get(), &ifx);
+    }
+    if (loaded_ports(m.ports.get()).empty())
+        remove_pins(pin_dir);
+}
+
+Status status(const std::string &pin_dir)
+{
+    Status st;
+    st.pin_dir = pin_dir;
+    ensure_bpffs(pin_dir);
+    if (!PinnedMaps::present(pin_dir))
+        return st;
+    PinnedMaps m = PinnedMaps::open(pin_dir);
+    st.loaded = true;
+    for (uint32_t ifx : loaded_ports(m.ports.get())) {
+        PortStatus p;
+        p.ifindex = ifx;
+        p.iface = ifname_of(ifx);
+        p.mode = "detached";
+        if (MultiprogPtr mp = multiprog_of(ifx)) {
+            if (const xdp_program *ours = find_ours(mp.get())) {
+                p.mode = mode_name(mp.get());
+                p.prog_id = xdp_program__id(ours);
+            }
+        }
+        st.ports.push_back(p);
+    }
+    st.slots_total = m.slot_entries();
+    for (const auto &j : job_list(pin_dir)) {
+        st.jobs++;
+        st.slots_used += j.pool_size;
+    }
+    return st;
+}
+
+} // namespace incxdp::ctl
