@@ -140,6 +140,15 @@ void add_job_command(CLI::App &app)
         ctl::job_del(args->id, args->pin_dir);
     });
 
+    auto *reset = job->add_subcommand("reset", "clear a job's slots before its workers start a new run");
+    add_common_flags(reset, args->flags);
+    reset->add_option("id", args->id, "job id")->required();
+    reset->add_option("--pin-dir", args->pin_dir, "bpffs directory for the maps")->capture_default_str();
+    reset->callback([args] {
+        set_library_verbosity(args->flags.verbose);
+        ctl::job_reset(args->id, args->pin_dir);
+    });
+
     auto *list = job->add_subcommand("list", "show installed jobs");
     add_common_flags(list, args->flags);
     list->add_option("--pin-dir", args->pin_dir, "bpffs directory for the maps")->capture_default_str();

@@ -27,8 +27,7 @@ struct TopoOpts {
     CommonFlags flags;
 };
 
-CLI::App *add_sub(CLI::App *parent, const char *name, const char *help, TopoOpts &o)
-{
+CLI::App *add_sub(CLI::App *parent, const char *name, const char *help, TopoOpts &o) {
     CLI::App *cmd = parent->add_subcommand(name, help);
     cmd->add_option("FILE", o.file, "topology YAML, e.g. topo/topologies/star.yaml")
         ->required()
@@ -41,8 +40,7 @@ CLI::App *add_sub(CLI::App *parent, const char *name, const char *help, TopoOpts
 }
 
 // Library errors become user-facing ones: main prints "incxdp: <what>".
-template <typename F> void user_errors(F &&f)
-{
+template <typename F> void user_errors(F &&f) {
     try {
         f();
     } catch (const topo::TopologyError &e) {
@@ -52,24 +50,21 @@ template <typename F> void user_errors(F &&f)
     }
 }
 
-std::vector<std::string> namespaces(const topo::Topology &t, const std::string &prefix)
-{
+std::vector<std::string> namespaces(const topo::Topology &t, const std::string &prefix) {
     std::vector<std::string> v;
     for (const auto &n : t.nodes)
         v.push_back(topo::netns_name(prefix, n.name));
     return v;
 }
 
-std::string join(const std::vector<std::string> &v, const char *sep)
-{
+std::string join(const std::vector<std::string> &v, const char *sep) {
     std::string s;
     for (const auto &x : v)
         s += (s.empty() ? "" : sep) + x;
     return s;
 }
 
-void print_table(const std::vector<std::vector<std::string>> &rows)
-{
+void print_table(const std::vector<std::vector<std::string>> &rows) {
     std::vector<size_t> w;
     for (const auto &r : rows)
         for (size_t c = 0; c < r.size(); ++c) {
@@ -86,8 +81,7 @@ void print_table(const std::vector<std::vector<std::string>> &rows)
     }
 }
 
-void cmd_up(const TopoOpts &o)
-{
+void cmd_up(const TopoOpts &o) {
     set_library_verbosity(o.flags.verbose);
     const auto t = topo::Topology::load_file(o.file);
     topo::Progress progress;
@@ -105,18 +99,16 @@ void cmd_up(const TopoOpts &o)
                       .c_str());
         return;
     }
-    fmt::print("topology {} up: {} namespaces ({}), {} links\n", t.name, ns.size(),
-               join(ns, " "), t.links.size());
+    fmt::print("topology {} up: {} namespaces ({}), {} links\n", t.name, ns.size(), join(ns, " "),
+               t.links.size());
 }
 
-void cmd_down(const TopoOpts &o)
-{
+void cmd_down(const TopoOpts &o) {
     const auto t = topo::Topology::load_file(o.file);
     const size_t removed = topo::down(t, o.prefix);
     if (o.flags.json) {
-        std::puts(json{{"topology", t.name}, {"prefix", o.prefix}, {"removed", removed}}
-                      .dump()
-                      .c_str());
+        std::puts(
+            json{{"topology", t.name}, {"prefix", o.prefix}, {"removed", removed}}.dump().c_str());
         return;
     }
     if (removed == 0)
@@ -125,15 +117,13 @@ void cmd_down(const TopoOpts &o)
         fmt::print("topology {} down: removed {} namespaces\n", t.name, removed);
 }
 
-json xdp_json(const topo::XdpStatus &x)
-{
+json xdp_json(const topo::XdpStatus &x) {
     if (x.id == 0)
         return nullptr;
     return {{"id", x.id}, {"name", x.name}, {"mode", x.mode}};
 }
 
-json status_json(const topo::Topology &t, const topo::TopologyStatus &s)
-{
+json status_json(const topo::Topology &t, const topo::TopologyStatus &s) {
     json nodes = json::array();
     for (size_t n = 0; n < s.nodes.size(); ++n) {
         const auto &ns = s.nodes[n];
@@ -159,14 +149,12 @@ json status_json(const topo::Topology &t, const topo::TopologyStatus &s)
                          {"exists", ns.exists},
                          {"ifaces", ifaces}});
     }
-    return {{"topology", s.topology}, {"prefix", s.prefix}, {"state", s.state()},
-            {"nodes", nodes}};
+    return {{"topology", s.topology}, {"prefix", s.prefix}, {"state", s.state()}, {"nodes", nodes}};
 }
 
-void print_status(const topo::Topology &t, const topo::TopologyStatus &s)
-{
-    fmt::print("topology {} (prefix {}): {}, {}/{} namespaces\n", s.topology, s.prefix,
-               s.state(), s.namespaces_present(), s.nodes.size());
+void print_status(const topo::Topology &t, const topo::TopologyStatus &s) {
+    fmt::print("topology {} (prefix {}): {}, {}/{} namespaces\n", s.topology, s.prefix, s.state(),
+               s.namespaces_present(), s.nodes.size());
     std::vector<std::vector<std::string>> rows{
         {"NODE", "NETNS", "IFACE", "PEER", "STATE", "MAC", "MTU", "ADDRESS", "XDP"}};
     for (size_t n = 0; n < s.nodes.size(); ++n) {
@@ -197,8 +185,7 @@ void print_status(const topo::Topology &t, const topo::TopologyStatus &s)
     print_table(rows);
 }
 
-void cmd_status(const TopoOpts &o)
-{
+void cmd_status(const TopoOpts &o) {
     const auto t = topo::Topology::load_file(o.file);
     const auto s = topo::status(t, o.prefix);
     if (o.flags.json)
@@ -209,28 +196,24 @@ void cmd_status(const TopoOpts &o)
 
 } // namespace
 
-void add_topo_command(CLI::App &app)
-{
+void add_topo_command(CLI::App &app) {
     CLI::App *topo = app.add_subcommand(
         "topo", "Network-namespace topologies: one namespace per switch and host, veth links");
     topo->require_subcommand(1);
 
     auto up = std::make_shared<TopoOpts>();
     add_sub(topo, "up",
-            "Create the namespaces, veth links, MACs, addresses and neighbour entries of FILE "
-            "and attach the XDP_PASS program to every host interface (root; all-or-nothing)",
+            "Create FILE's namespaces and veth links, set MACs, MTU, addresses and neighbours, "
+            "attach XDP_PASS to host interfaces (root; all-or-nothing)",
             *up)
         ->callback([up] { user_errors([&] { cmd_up(*up); }); });
 
     auto down = std::make_shared<TopoOpts>();
-    add_sub(topo, "down",
-            "Delete the namespaces of FILE (and with them their links); others are untouched",
-            *down)
+    add_sub(topo, "down", "Delete FILE's namespaces and with them their links (root)", *down)
         ->callback([down] { user_errors([&] { cmd_down(*down); }); });
 
     auto status = std::make_shared<TopoOpts>();
-    add_sub(topo, "status", "Show which namespaces and interfaces of FILE exist, their state, "
-                            "MACs, addresses and XDP programs",
+    add_sub(topo, "status", "Show FILE's namespaces and interfaces: state, MAC, MTU, address, XDP",
             *status)
         ->callback([status] { user_errors([&] { cmd_status(*status); }); });
 }

@@ -62,19 +62,19 @@ uint32_t allocate_pool(const PinnedMaps &m, uint32_t size)
     for (const auto &[id, j] : active_jobs(m))
         used.emplace_back(j.pool_base, j.pool_base + j.pool_size);
     std::sort(used.begin(), used.end());
-    uint32_t total = m.slot_entries(), at = 0, free_total = 0;
+    uint32_t total = m.slot_entries(), at = 0, free_total = 0, largest = 0;
+    used.emplace_back(total, total); // the end of the array closes the last gap
     for (const auto &[b, e] : used) {
-        if (b >= at && b - at >= size)
+        uint32_t gap = b > at ? b - at : 0;
+        if (gap >= size)
             return at;
-        free_total += b > at ? b - at : 0;
+        free_total += gap;
+        largest = std::max(largest, gap);
         at = std::max(at, e);
     }
-    if (total >= at && total - at >= size)
-        return at;
-    free_total += total > at ? total - at : 0;
-    throw CtlError(fmt::format("job needs {} slots but the switch has {} of {} free in one range "
-                               "(free slots with 'incxdp job del', or reload with a larger --slots)",
-                               size, free_total, total));
+    throw CtlError(fmt::format("job needs {} slots but the switch has {} of {} free (largest free range {}); "
+                               "free slots with 'incxdp job del', or reload with a larger --slots",
+                               size, free_total, total, largest));
 }
 
 void zero_slots(const PinnedMaps &m, uint32_t base, uint32_t size)
@@ -289,6 +289,15 @@ std::vector<JobInfo> job_list(const std::string &pin_dir)
         out.push_back(std::move(info));
     }
     return out;
+}
+
+void job_reset(uint32_t id, const std::string &pin_dir)
+{
+    PinnedMaps m = PinnedMaps::open(pin_dir);
+    incxdp_job j{};
+    if (id >= INCXDP_MAX_JOBS || bpf_map_lookup_elem(m.jobs.get(), &id, &j) != 0 || !j.active)
+        throw CtlError(fmt::format("no job {}", id));
+    zero_slots(m, j.pool_base, j.pool_size);
 }
 
 void job_del(uint32_t id, const std::string &pin_dir)

@@ -95,6 +95,25 @@ std::string mode_name(const xdp_multiprog *mp)
     return xdp_multiprog__is_legacy(mp) ? m : "dispatcher/" + m;
 }
 
+// libxdp first probes for its multi-program dispatcher; where the kernel
+// refuses it (freplace not permitted) it falls back to attaching the program
+// alone. The probe's libbpf warnings are expected then: while attaching they
+// go out at debug level, which -v shows.
+class DemoteLibbpfWarnings {
+  public:
+    DemoteLibbpfWarnings() { previous_ = libbpf_set_print(&demote); }
+    ~DemoteLibbpfWarnings() { libbpf_set_print(previous_); }
+    DemoteLibbpfWarnings(const DemoteLibbpfWarnings &) = delete;
+    DemoteLibbpfWarnings &operator=(const DemoteLibbpfWarnings &) = delete;
+
+  private:
+    static int demote(enum libbpf_print_level, const char *fmt, va_list args)
+    {
+        return previous_ ? previous_(LIBBPF_DEBUG, fmt, args) : 0;
+    }
+    static inline libbpf_print_fn_t previous_ = nullptr;
+};
+
 void detach_ours(uint32_t ifindex)
 {
     MultiprogPtr mp = multiprog_of(ifindex);
@@ -184,6 +203,7 @@ void load(const LoadOptions &opts)
     }
     const auto mode = opts.mode == AttachMode::Native ? XDP_MODE_NATIVE : XDP_MODE_SKB;
     for (size_t i = 0; i < ifindexes.size(); i++) {
+        DemoteLibbpfWarnings quiet;
         int err = xdp_program__attach(prog.get(), static_cast<int>(ifindexes[i]), mode, 0);
         if (err) {
             std::string hint = err == -EEXIST || err == -EBUSY

@@ -99,6 +99,11 @@ struct JobInfo {
 // not fit in the free slots.
 void job_add(const JobSpec &job, const std::string &pin_dir);
 void job_del(uint32_t id, const std::string &pin_dir);
+// Clears the job's slots. Slot state outlives a run (a late retransmission
+// must still find its result), so a job restarted from scratch by its
+// workers starts from reset slots, as SwitchML's controller resets its
+// registers per job.
+void job_reset(uint32_t id, const std::string &pin_dir);
 std::vector<JobInfo> job_list(const std::string &pin_dir);
 
 // ---- stats -------------------------------------------------------------------
