@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// incxdp-worker: one rank of an allreduce job, bootstrapped from a topology
+// file. Runs N iterations on deterministic data and optionally verifies
+// every result against a local recomputation of all ranks' data.
+#include "tool_common.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <variant>
+#include <vector>
+
+using namespace incxdp;
+using namespace incxdp::tools;
+using json = nlohmann::json;
+
+namespace {
+
+struct Options {
+    BootstrapOptions boot;
+    std::string size = "1M";
+    uint32_t iters = 1;
+    bool verify = false;
+};
+
+json stats_json(const CommStats &s)
+{
+    return {{"seconds", s.seconds},
+            {"packets_sent", s.packets_sent},
+            {"bytes_sent", s.bytes_sent},
+            {"packets_received", s.packets_received},
+            {"retransmissions", s.retransmissions},
+            {"timeouts", s.timeouts},
+            {"duplicates", s.duplicates},
+            {"stale", s.stale},
+            {"malformed", s.malformed}};
+}
+
+// Runs the iterations; returns false if a verification failed.
+template <typename T>
+bool run(Communicator &comm, const Options &o, uint64_t bytes, json &out)
+{
+    const auto &cfg = comm.config();
+    DType dtype = parse_dtype(o.boot.dtype);
+    ReduceOp op = parse_op(o.boot.op);
+    size_t count = bytes / 4;
+    std::vector<T> send(count), recv(count);
+    fill(std::span<T>(send), o.boot.seed, cfg.rank);
+
+    bool all_ok = true;
+    for (uint32_t it = 0; it < o.iters; ++it) {
+        comm.barrier(); // do not time the ranks' skew
+        comm.allreduce(send.data(), recv.data(), count, dtype, op);
+        CommStats st = comm.last_stats();
+        json j = stats_json(st);
+        j["iter"] = it;
+        j["algbw_MBps"] = algbw_mbps(bytes, st.seconds);
+        std::string verdict;
+        if (o.verify) {
+            VerifyResult v;
+            if constexpr (std::is_same_v<T, int32_t>)
+                v = verify_int32(recv, o.boot.seed, cfg.world_size, op);
+            else
+                v = verify_float32(recv, o.boot.seed, cfg.world_size, op,
+                                   cfg.effective_elems_per_packet());
+            all_ok = all_ok && v.ok;
+            j["verify"] = v.ok ? "ok" : "failed";
+            if (!v.ok)
+                j["verify_error"] = v.describe();
+            if constexpr (std::is_same_v<T, float>) {
+                j["max_abs_err"] = v.max_err;
+                j["max_err_over_bound"] = v.max_err_over_bound;
+            }
+            verdict = ", verify " + v.describe();
+        }
+        out["iterations"].push_back(j);
+        if (!o.boot.json)
+            fmt::print("rank {}: allreduce {} {} {}: {:.3f} s, {:.1f} MB/s algbw, retx {}{}\n",
+                       cfg.rank, format_size(bytes), o.boot.dtype, o.boot.op, st.seconds,
+                       algbw_mbps(bytes, st.seconds), st.retransmissions, verdict);
+        std::fflush(stdout);
+    }
+    return all_ok;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    CLI::App app{"incxdp-worker: one rank of an in-network allreduce job"};
+    Options o;
+    add_bootstrap_options(app, o.boot);
+    app.add_option("--size", o.size, "Buffer size in bytes (K/M/G suffixes: 64M)")
+        ->capture_default_str();
+    app.add_option("--iters", o.iters, "Iterations")->capture_default_str();
+    app.add_flag("--verify", o.verify, "Check every result against a local recomputation");
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError &e) {
+        return app.exit(e) == 0 ? 0 : 2;
+    }
+
+    json out = {{"rank", o.boot.rank}, {"job", o.boot.job},     {"dtype", o.boot.dtype},
+                {"op", o.boot.op},     {"wire", o.boot.wire},   {"iterations", json::array()}};
+    int rc = 0;
+    try {
+        uint64_t bytes = parse_size(o.size);
+        CommConfig cfg = make_config(o.boot);
+        out["size"] = bytes;
+        out["world_size"] = cfg.world_size;
+        out["window"] = cfg.window;
+        out["elems_per_packet"] = cfg.effective_elems_per_packet();
+        Communicator comm(cfg);
+        bool ok = o.boot.dtype == "float32" ? run<float>(comm, o, bytes, out)
+                                            : run<int32_t>(comm, o, bytes, out);
+        comm.close();
+        out["total"] = stats_json(comm.total_stats());
+        out["ok"] = ok;
+        rc = ok ? 0 : 1;
+    } catch (const std::exception &e) {
+        out["ok"] = false;
+        out["error"] = e.what();
+        if (!o.boot.json)
+            fmt::print(stderr, "incxdp-worker: rank {}: {}\n", o.boot.rank, e.what());
+        rc = 1;
+    }
+    if (o.boot.json)
+        std::cout << out.dump() << std::endl;
+    return rc;
+}

@@ -1,0 +1,257 @@
+// SPDX-License-Identifier: BSD-2-Clause
+#include "tool_common.h"
+
+#include <incxdp/quantize.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace incxdp::tools {
+namespace {
+
+uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+uint64_t element_hash(uint64_t seed, uint32_t rank, uint64_t index)
+{
+    uint64_t key = splitmix64(seed ^ splitmix64(rank + 0x5bd1e995ull));
+    return splitmix64(key + index * 0x9E3779B97F4A7C15ull);
+}
+
+std::string lower(std::string_view s)
+{
+    std::string r(s);
+    for (char &c : r)
+        c = char(std::tolower(static_cast<unsigned char>(c)));
+    return r;
+}
+
+} // namespace
+
+uint64_t parse_size(std::string_view text)
+{
+    std::string s = lower(text);
+    size_t digits = 0;
+    while (digits < s.size() && std::isdigit(static_cast<unsigned char>(s[digits])))
+        ++digits;
+    auto bad = [&](const char *why) {
+        return std::invalid_argument(fmt::format("size '{}': {}", text, why));
+    };
+    if (digits == 0 || digits > 18)
+        throw bad("expected a number of bytes with an optional K/M/G suffix, e.g. 64M");
+    uint64_t n = std::stoull(s.substr(0, digits));
+    std::string suffix = s.substr(digits);
+    for (const char *tail : {"ib", "b", "i"}) {
+        if (suffix.size() > 1 && suffix.ends_with(tail)) {
+            suffix.resize(suffix.size() - std::string_view(tail).size());
+            break;
+        }
+    }
+    unsigned shift = 0;
+    if (suffix == "k")
+        shift = 10;
+    else if (suffix == "m")
+        shift = 20;
+    else if (suffix == "g")
+        shift = 30;
+    else if (!(suffix.empty() || suffix == "b"))
+        throw bad("unknown suffix (K, M, G: binary multiples)");
+    if (n > (std::numeric_limits<uint64_t>::max() >> shift))
+        throw bad("too large");
+    n <<= shift;
+    if (n % 4 != 0)
+        throw bad("not a multiple of 4 bytes (one element)");
+    return n;
+}
+
+std::vector<uint64_t> parse_size_list(std::string_view s)
+{
+    std::vector<uint64_t> out;
+    size_t pos = 0;
+    while (pos <= s.size()) {
+        size_t comma = s.find(',', pos);
+        if (comma == std::string_view::npos)
+            comma = s.size();
+        out.push_back(parse_size(s.substr(pos, comma - pos)));
+        pos = comma + 1;
+    }
+    return out;
+}
+
+std::string format_size(uint64_t bytes)
+{
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (u < 4 && bytes >= 1024 && bytes % 1024 == 0) {
+        bytes /= 1024;
+        ++u;
+    }
+    return fmt::format("{} {}", bytes, units[u]);
+}
+
+void add_bootstrap_options(CLI::App &app, BootstrapOptions &o)
+{
+    app.add_option("--topo", o.topo, "Topology file (YAML)")->required()->check(CLI::ExistingFile);
+    app.add_option("--job", o.job, "Job id in the topology")->capture_default_str();
+    app.add_option("--rank", o.rank, "This worker's rank in the job")->required();
+    app.add_option("--dtype", o.dtype, "Element type")
+        ->check(CLI::IsMember({"int32", "float32"}))
+        ->capture_default_str();
+    app.add_option("--op", o.op, "Reduction")
+        ->check(CLI::IsMember({"sum", "max", "min"}))
+        ->capture_default_str();
+    app.add_option("--wire", o.wire, "Header spoken to the switch")
+        ->check(CLI::IsMember({"native", "switchml"}))
+        ->capture_default_str();
+    app.add_option("--window", o.window, "Slots in flight (0: min(64, job slots))")
+        ->capture_default_str();
+    app.add_option("--elems", o.elems, "Elements per packet (0: 832 native, 256 switchml)")
+        ->capture_default_str();
+    app.add_option("--switch-port", o.switch_port,
+                   "Switch UDP port (0: 0xBEF0 native, 0xBEE0 switchml)")
+        ->capture_default_str();
+    app.add_option("--timeout", o.timeout_ms, "First retransmission timeout, ms")
+        ->capture_default_str();
+    app.add_option("--deadline", o.deadline_s, "Give up after this many seconds without progress")
+        ->capture_default_str();
+    app.add_option("--seed", o.seed, "Seed of the generated data")->capture_default_str();
+    app.add_flag("-j,--json", o.json, "JSON output");
+}
+
+CommConfig make_config(const BootstrapOptions &o)
+{
+    CommConfig c = CommConfig::from_topology(o.topo, o.job, o.rank);
+    c.wire = parse_wire(o.wire);
+    if (o.window)
+        c.window = o.window;
+    c.elems_per_packet = o.elems;
+    c.switch_port = uint16_t(o.switch_port);
+    c.timeout = std::chrono::milliseconds(o.timeout_ms);
+    c.max_timeout = std::max(c.max_timeout, c.timeout);
+    c.deadline = std::chrono::milliseconds(int64_t(o.deadline_s * 1000));
+    c.validate();
+    return c;
+}
+
+int32_t gen_int32(uint64_t seed, uint32_t rank, uint64_t index)
+{
+    return int32_t(uint32_t(element_hash(seed, rank, index) >> 32));
+}
+
+float gen_float32(uint64_t seed, uint32_t rank, uint64_t index)
+{
+    uint64_t h = element_hash(seed, rank, index);
+    // (2u + 1 - 2^24) / 2^24 with u < 2^24: an exact float in (-1, 1).
+    int32_t odd = int32_t(2 * (h >> 40) + 1) - (1 << 24);
+    int s = int(splitmix64(seed ^ 0x6a09e667f3bcc908ull ^ (index >> 10)) % 17) - 8;
+    return std::ldexp(float(odd), s - 24);
+}
+
+void fill(std::span<int32_t> v, uint64_t seed, uint32_t rank)
+{
+    for (size_t i = 0; i < v.size(); ++i)
+        v[i] = gen_int32(seed, rank, i);
+}
+
+void fill(std::span<float> v, uint64_t seed, uint32_t rank)
+{
+    for (size_t i = 0; i < v.size(); ++i)
+        v[i] = gen_float32(seed, rank, i);
+}
+
+std::string VerifyResult::describe() const
+{
+    if (ok)
+        return "OK";
+    return fmt::format("FAILED: {} elements wrong, first at index {}: got {} want {} "
+                       "(allowed error {:.3g})",
+                       mismatches, first_bad, got, want, bound);
+}
+
+namespace {
+
+void note_mismatch(VerifyResult &r, uint64_t i, double got, double want, double bound)
+{
+    if (r.mismatches++ == 0) {
+        r.first_bad = i;
+        r.got = got;
+        r.want = want;
+        r.bound = bound;
+    }
+    r.ok = false;
+}
+
+} // namespace
+
+VerifyResult verify_int32(std::span<const int32_t> got, uint64_t seed, uint32_t world,
+                          ReduceOp op)
+{
+    VerifyResult r;
+    for (size_t i = 0; i < got.size(); ++i) {
+        uint32_t sum = 0;
+        int32_t mx = std::numeric_limits<int32_t>::min();
+        int32_t mn = std::numeric_limits<int32_t>::max();
+        for (uint32_t k = 0; k < world; ++k) {
+            int32_t v = gen_int32(seed, k, i);
+            sum += uint32_t(v); // wraps like the switch
+            mx = std::max(mx, v);
+            mn = std::min(mn, v);
+        }
+        int32_t want = op == ReduceOp::Sum ? int32_t(sum) : op == ReduceOp::Max ? mx : mn;
+        if (got[i] != want)
+            note_mismatch(r, i, got[i], want, 0);
+    }
+    return r;
+}
+
+VerifyResult verify_float32(std::span<const float> got, uint64_t seed, uint32_t world,
+                            ReduceOp op, uint32_t per_packet)
+{
+    VerifyResult r;
+    std::vector<float> block(size_t(world) * per_packet);
+    for (size_t begin = 0; begin < got.size(); begin += per_packet) {
+        size_t n = std::min<size_t>(per_packet, got.size() - begin);
+        int8_t agreed = int8_t(quant::kMinExpField);
+        for (uint32_t k = 0; k < world; ++k) {
+            std::span<float> mine(block.data() + size_t(k) * per_packet, n);
+            for (size_t i = 0; i < n; ++i)
+                mine[i] = gen_float32(seed, k, begin + i);
+            agreed = std::max(agreed, quant::block_exponent(mine));
+        }
+        for (size_t i = 0; i < n; ++i) {
+            double want = op == ReduceOp::Sum ? 0.0
+                          : op == ReduceOp::Max ? -INFINITY
+                                                : INFINITY;
+            for (uint32_t k = 0; k < world; ++k) {
+                double v = block[size_t(k) * per_packet + i];
+                want = op == ReduceOp::Sum ? want + v
+                       : op == ReduceOp::Max ? std::max(want, v)
+                                             : std::min(want, v);
+            }
+            double bound = quant::result_bound(agreed, world, op, want);
+            double err = std::fabs(double(got[begin + i]) - want);
+            r.max_err = std::max(r.max_err, err);
+            r.max_err_over_bound = std::max(r.max_err_over_bound, err / bound);
+            if (!(err <= bound))
+                note_mismatch(r, begin + i, got[begin + i], want, bound);
+        }
+    }
+    return r;
+}
+
+double algbw_mbps(uint64_t bytes, double seconds)
+{
+    return seconds > 0 ? double(bytes) / seconds / 1e6 : 0.0;
+}
+
+} // namespace incxdp::tools

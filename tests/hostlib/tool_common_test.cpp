@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// Size parsing, deterministic data and verification of the tools.
+#include "tool_common.h"
+
+#include <gtest/gtest.h>
+
+using namespace incxdp;
+using namespace incxdp::tools;
+
+TEST(ToolCommon, ParseSize)
+{
+    EXPECT_EQ(parse_size("4096"), 4096u);
+    EXPECT_EQ(parse_size("4K"), 4096u);
+    EXPECT_EQ(parse_size("4k"), 4096u);
+    EXPECT_EQ(parse_size("64M"), 64u << 20);
+    EXPECT_EQ(parse_size("64MiB"), 64u << 20);
+    EXPECT_EQ(parse_size("16kB"), 16u << 10);
+    EXPECT_EQ(parse_size("1G"), 1ull << 30);
+    EXPECT_EQ(parse_size("8B"), 8u);
+    EXPECT_THROW(parse_size(""), std::invalid_argument);
+    EXPECT_THROW(parse_size("M"), std::invalid_argument);
+    EXPECT_THROW(parse_size("12X"), std::invalid_argument);
+    EXPECT_THROW(parse_size("6"), std::invalid_argument); // not whole elements
+    EXPECT_EQ(parse_size_list("4K,1M"), (std::vector<uint64_t>{4096, 1u << 20}));
+}
+
+TEST(ToolCommon, FormatSize)
+{
+    EXPECT_EQ(format_size(4096), "4 KiB");
+    EXPECT_EQ(format_size(64u << 20), "64 MiB");
+    EXPECT_EQ(format_size(1000), "1000 B");
+}
+
+TEST(ToolCommon, DataIsDeterministicAndRankDependent)
+{
+    EXPECT_EQ(gen_int32(1, 0, 5), gen_int32(1, 0, 5));
+    EXPECT_NE(gen_int32(1, 0, 5), gen_int32(1, 1, 5));
+    EXPECT_NE(gen_int32(2, 0, 5), gen_int32(1, 0, 5));
+    for (uint64_t i = 0; i < 5000; ++i) {
+        float f = gen_float32(3, 1, i);
+        EXPECT_TRUE(std::isfinite(f));
+        EXPECT_LT(std::fabs(f), 256.0f);
+    }
+}
+
+TEST(ToolCommon, VerifyInt32DetectsWrongElement)
+{
+    const uint32_t world = 3;
+    std::vector<int32_t> sum(100);
+    for (size_t i = 0; i < sum.size(); ++i) {
+        uint32_t s = 0;
+        for (uint32_t r = 0; r < world; ++r)
+            s += uint32_t(gen_int32(9, r, i));
+        sum[i] = int32_t(s);
+    }
+    EXPECT_TRUE(verify_int32(sum, 9, world, ReduceOp::Sum).ok);
+    sum[42] ^= 1;
+    auto v = verify_int32(sum, 9, world, ReduceOp::Sum);
+    EXPECT_FALSE(v.ok);
+    EXPECT_EQ(v.mismatches, 1u);
+    EXPECT_EQ(v.first_bad, 42u);
+}
+
+TEST(ToolCommon, VerifyFloat32AcceptsExactAndRejectsFar)
+{
+    const uint32_t world = 4;
+    std::vector<float> sum(1000);
+    for (size_t i = 0; i < sum.size(); ++i) {
+        double s = 0;
+        for (uint32_t r = 0; r < world; ++r)
+            s += gen_float32(5, r, i);
+        sum[i] = float(s);
+    }
+    EXPECT_TRUE(verify_float32(sum, 5, world, ReduceOp::Sum, 256).ok);
+    sum[7] += 0.01f;
+    EXPECT_FALSE(verify_float32(sum, 5, world, ReduceOp::Sum, 256).ok);
+}
