@@ -19,7 +19,7 @@ namespace {
 
 struct Options {
     BootstrapOptions boot;
-    std::string sizes;              // explicit list overrides the sweep
+    std::string sizes; // explicit list overrides the sweep
     std::string min_size = "4K";
     std::string max_size = "64M";
     uint32_t iters = 10;
@@ -32,8 +32,7 @@ struct Row {
     uint64_t retx = 0;
 };
 
-std::vector<uint64_t> sweep(const Options &o)
-{
+std::vector<uint64_t> sweep(const Options &o) {
     if (!o.sizes.empty())
         return parse_size_list(o.sizes);
     std::vector<uint64_t> v;
@@ -45,8 +44,7 @@ std::vector<uint64_t> sweep(const Options &o)
 
 template <typename T>
 Row measure(Communicator &comm, const Options &o, uint64_t bytes, std::vector<T> &send,
-            std::vector<T> &recv, DType dtype, ReduceOp op)
-{
+            std::vector<T> &recv, DType dtype, ReduceOp op) {
     size_t count = bytes / 4;
     std::vector<double> times;
     Row row{bytes, 0, 0, 0};
@@ -66,8 +64,7 @@ Row measure(Communicator &comm, const Options &o, uint64_t bytes, std::vector<T>
 }
 
 template <typename T>
-std::vector<Row> run(Communicator &comm, const Options &o, const std::vector<uint64_t> &sizes)
-{
+std::vector<Row> run(Communicator &comm, const Options &o, const std::vector<uint64_t> &sizes) {
     DType dtype = parse_dtype(o.boot.dtype);
     ReduceOp op = parse_op(o.boot.op);
     uint64_t largest = *std::max_element(sizes.begin(), sizes.end());
@@ -91,12 +88,12 @@ std::vector<Row> run(Communicator &comm, const Options &o, const std::vector<uin
 
 } // namespace
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     CLI::App app{"incxdp-bench: allreduce size sweep (run on every rank; rank 0 reports)"};
     Options o;
     add_bootstrap_options(app, o.boot);
-    app.add_option("--sizes", o.sizes, "Comma-separated sizes (e.g. 4K,1M,64M); overrides the sweep");
+    app.add_option("--sizes", o.sizes,
+                   "Comma-separated sizes (e.g. 4K,1M,64M); overrides the sweep");
     app.add_option("--min-size", o.min_size, "Smallest size of the sweep")->capture_default_str();
     app.add_option("--max-size", o.max_size, "Largest size of the sweep (powers of 4 from min)")
         ->capture_default_str();
@@ -117,17 +114,21 @@ int main(int argc, char **argv)
         CommConfig cfg = make_config(o.boot);
         Communicator comm(cfg);
         if (cfg.rank == 0 && !o.boot.json)
-            fmt::print("incxdp-bench: job {}, {} ranks, {} {}, {} wire, window {}, {} elems/packet, "
-                       "{} warm-up + {} iterations\n",
-                       cfg.job, cfg.world_size, o.boot.dtype, o.boot.op, o.boot.wire, cfg.window,
-                       cfg.effective_elems_per_packet(), o.warmup, o.iters);
-        auto rows = o.boot.dtype == "float32" ? run<float>(comm, o, sizes)
-                                              : run<int32_t>(comm, o, sizes);
+            fmt::print(
+                "incxdp-bench: job {}, {} ranks, {} {}, {} wire, window {}, {} elems/packet, "
+                "{} warm-up + {} iterations\n",
+                cfg.job, cfg.world_size, o.boot.dtype, o.boot.op, o.boot.wire, cfg.window,
+                cfg.effective_elems_per_packet(), o.warmup, o.iters);
+        auto rows =
+            o.boot.dtype == "float32" ? run<float>(comm, o, sizes) : run<int32_t>(comm, o, sizes);
         comm.close();
         if (cfg.rank == 0 && o.boot.json) {
-            json j = {{"job", cfg.job},       {"world_size", cfg.world_size},
-                      {"dtype", o.boot.dtype}, {"op", o.boot.op},
-                      {"wire", o.boot.wire},   {"window", cfg.window},
+            json j = {{"job", cfg.job},
+                      {"world_size", cfg.world_size},
+                      {"dtype", o.boot.dtype},
+                      {"op", o.boot.op},
+                      {"wire", o.boot.wire},
+                      {"window", cfg.window},
                       {"elems_per_packet", cfg.effective_elems_per_packet()},
                       {"rows", json::array()}};
             for (const Row &r : rows)

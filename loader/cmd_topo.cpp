@@ -198,22 +198,22 @@ void cmd_status(const TopoOpts &o) {
 
 void add_topo_command(CLI::App &app) {
     CLI::App *topo = app.add_subcommand(
-        "topo", "Network-namespace topologies: one namespace per switch and host, veth links");
+        "topo", "network-namespace topologies: one namespace per node, veth links");
     topo->require_subcommand(1);
 
     auto up = std::make_shared<TopoOpts>();
     add_sub(topo, "up",
-            "Create FILE's namespaces and veth links, set MACs, MTU, addresses and neighbours, "
-            "attach XDP_PASS to host interfaces (root; all-or-nothing)",
+            "create FILE's namespaces, veth links, MACs, addresses, neighbours and "
+            "hosts' XDP_PASS (root; all or nothing)",
             *up)
         ->callback([up] { user_errors([&] { cmd_up(*up); }); });
 
     auto down = std::make_shared<TopoOpts>();
-    add_sub(topo, "down", "Delete FILE's namespaces and with them their links (root)", *down)
+    add_sub(topo, "down", "delete FILE's namespaces and with them their links (root)", *down)
         ->callback([down] { user_errors([&] { cmd_down(*down); }); });
 
     auto status = std::make_shared<TopoOpts>();
-    add_sub(topo, "status", "Show FILE's namespaces and interfaces: state, MAC, MTU, address, XDP",
+    add_sub(topo, "status", "show FILE's namespaces and interfaces: state, MAC, MTU, address, XDP",
             *status)
         ->callback([status] { user_errors([&] { cmd_status(*status); }); });
 }

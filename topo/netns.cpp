@@ -64,8 +64,14 @@ class Rollback {
     void created(const std::string &ns) { created_.push_back(ns); }
     void commit() { created_.clear(); }
     ~Rollback() {
-        for (auto it = created_.rbegin(); it != created_.rend(); ++it)
-            detail::run({"ip", "netns", "del", *it});
+        // Best effort: a destructor must not throw, and the error being
+        // unwound is the one worth reporting.
+        for (auto it = created_.rbegin(); it != created_.rend(); ++it) {
+            try {
+                detail::run({"ip", "netns", "del", *it});
+            } catch (...) {
+            }
+        }
     }
 
   private:

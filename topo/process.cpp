@@ -113,9 +113,11 @@ void write_all(int fd, const std::string &s) {
         args.push_back(const_cast<char *>(a.c_str()));
     args.push_back(nullptr);
     execvp(args[0], args.data());
-    for (const char *dir : {"/usr/sbin/", "/sbin/"}) {
-        const std::string path = dir + argv[0];
-        execv(path.c_str(), args.data());
+    if (argv[0].find('/') == std::string::npos) {
+        for (const char *dir : {"/usr/sbin/", "/sbin/"}) {
+            const std::string path = dir + argv[0];
+            execv(path.c_str(), args.data());
+        }
     }
     const std::string msg = fmt::format("cannot run {}: {}\n", argv[0], std::strerror(errno));
     write_all(STDERR_FILENO, msg);

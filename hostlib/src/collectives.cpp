@@ -12,28 +12,22 @@
 namespace incxdp::detail {
 namespace {
 
-void fill_identity(std::byte *p, uint32_t from, uint32_t to, int32_t identity)
-{
+void fill_identity(std::byte *p, uint32_t from, uint32_t to, int32_t identity) {
     for (uint32_t i = from; i < to; ++i)
         store_be32(p + 4 * size_t(i), identity);
 }
 
 } // namespace
 
-uint32_t wire_elems(Wire w, uint32_t real, uint32_t per_packet)
-{
+uint32_t wire_elems(Wire w, uint32_t real, uint32_t per_packet) {
     return w == Wire::Native ? round_up(real, INCXDP_ELEM_QUANTUM) : per_packet;
 }
 
-Int32Steps::Int32Steps(const Schedule &s, Wire w, ReduceOp op, const int32_t *send,
-                       int32_t *recv)
-    : s_(s), wire_(w), identity_(op_identity(op)), send_(send), recv_(recv)
-{
-}
+Int32Steps::Int32Steps(const Schedule &s, Wire w, ReduceOp op, const int32_t *send, int32_t *recv)
+    : s_(s), wire_(w), identity_(op_identity(op)), send_(send), recv_(recv) {}
 
 void Int32Steps::build(uint64_t step, uint32_t, std::span<std::byte> payload, uint16_t &nelems,
-                       int8_t &exp)
-{
+                       int8_t &exp) {
     uint64_t c = *s_.chunk_of(step);
     uint32_t real = s_.chunk_elems(c);
     uint32_t n = wire_elems(wire_, real, s_.per_packet);
@@ -46,8 +40,7 @@ void Int32Steps::build(uint64_t step, uint32_t, std::span<std::byte> payload, ui
     exp = 0;
 }
 
-void Int32Steps::consume(uint64_t step, uint32_t, const ResultView &r)
-{
+void Int32Steps::consume(uint64_t step, uint32_t, const ResultView &r) {
     uint64_t c = *s_.chunk_of(step);
     uint32_t real = s_.chunk_elems(c);
     int32_t *dst = recv_ + s_.chunk_begin(c);
@@ -61,12 +54,9 @@ Float32Steps::Float32Steps(const Schedule &s, Wire w, ReduceOp op, uint32_t nwor
                            std::vector<int8_t> &agreed)
     : s_(s), wire_(w), op_(op), identity_(op_identity(op)),
       headroom_(quant::headroom_bits(nworkers, op)), send_(send), recv_(recv),
-      local_exp_(local_exp), agreed_(agreed)
-{
-}
+      local_exp_(local_exp), agreed_(agreed) {}
 
-void Float32Steps::prepare(uint32_t rank)
-{
+void Float32Steps::prepare(uint32_t rank) {
     local_exp_.resize(s_.chunks);
     agreed_.assign(s_.lanes, int8_t(quant::kMinExpField));
     for (uint64_t c = 0; c < s_.chunks; ++c) {
@@ -84,8 +74,7 @@ void Float32Steps::prepare(uint32_t rank)
 }
 
 void Float32Steps::build(uint64_t step, uint32_t lane, std::span<std::byte> payload,
-                         uint16_t &nelems, int8_t &exp)
-{
+                         uint16_t &nelems, int8_t &exp) {
     std::byte *p = payload.data();
     auto next = s_.announced_chunk(step);
     exp = next ? local_exp_[*next] : int8_t(quant::kMinExpField);
@@ -107,8 +96,7 @@ void Float32Steps::build(uint64_t step, uint32_t lane, std::span<std::byte> payl
     nelems = uint16_t(n);
 }
 
-void Float32Steps::consume(uint64_t step, uint32_t lane, const ResultView &r)
-{
+void Float32Steps::consume(uint64_t step, uint32_t lane, const ResultView &r) {
     if (auto c = s_.chunk_of(step)) {
         double inv = quant::pow2(-quant::scale_shift(agreed_[lane], headroom_));
         uint32_t real = s_.chunk_elems(*c);
@@ -121,8 +109,7 @@ void Float32Steps::consume(uint64_t step, uint32_t lane, const ResultView &r)
 }
 
 void EmptySteps::build(uint64_t, uint32_t, std::span<std::byte> payload, uint16_t &nelems,
-                       int8_t &exp)
-{
+                       int8_t &exp) {
     // SwitchML has no element count field: a packet always carries a full payload.
     uint32_t n = wire_ == Wire::Native ? 0 : per_packet_;
     fill_identity(payload.data(), 0, n, 0);

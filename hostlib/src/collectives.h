@@ -15,13 +15,13 @@ uint32_t wire_elems(Wire w, uint32_t real, uint32_t per_packet);
 
 /// int32: the payload is the data; the switch's result is the answer.
 class Int32Steps final : public StepHandler {
-public:
+  public:
     Int32Steps(const Schedule &s, Wire w, ReduceOp op, const int32_t *send, int32_t *recv);
     void build(uint64_t step, uint32_t lane, std::span<std::byte> payload, uint16_t &nelems,
                int8_t &exp) override;
     void consume(uint64_t step, uint32_t lane, const ResultView &r) override;
 
-private:
+  private:
     const Schedule &s_;
     Wire wire_;
     int32_t identity_;
@@ -34,7 +34,7 @@ private:
 /// step announces the exponent of the lane's next chunk, and its result
 /// brings that chunk's agreed exponent (signed max over the workers).
 class Float32Steps final : public StepHandler {
-public:
+  public:
     /// local_exp and agreed are scratch vectors reused across calls.
     Float32Steps(const Schedule &s, Wire w, ReduceOp op, uint32_t nworkers, const float *send,
                  float *recv, std::vector<int8_t> &local_exp, std::vector<int8_t> &agreed);
@@ -45,7 +45,7 @@ public:
                int8_t &exp) override;
     void consume(uint64_t step, uint32_t lane, const ResultView &r) override;
 
-private:
+  private:
     const Schedule &s_;
     Wire wire_;
     ReduceOp op_;
@@ -60,13 +60,13 @@ private:
 /// One payload-free packet per lane and nothing to do with the result: used
 /// by Communicator::close() to flip the parity of slots.
 class EmptySteps final : public StepHandler {
-public:
+  public:
     EmptySteps(Wire w, uint32_t per_packet) : wire_(w), per_packet_(per_packet) {}
     void build(uint64_t step, uint32_t lane, std::span<std::byte> payload, uint16_t &nelems,
                int8_t &exp) override;
     void consume(uint64_t, uint32_t, const ResultView &) override {}
 
-private:
+  private:
     Wire wire_;
     uint32_t per_packet_;
 };

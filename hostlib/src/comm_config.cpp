@@ -20,8 +20,7 @@ constexpr uint32_t kIpUdpLen = 20 + 8;
 constexpr uint32_t kMaxWindow = INCXDP_SLOT_INDEX_MASK + 1; // 14-bit slot index
 constexpr uint32_t kMaxBatch = 1024;                        // UIO_MAXIOV
 
-uint32_t max_elems_for_mtu(Wire w, uint32_t mtu)
-{
+uint32_t max_elems_for_mtu(Wire w, uint32_t mtu) {
     uint32_t hdr = uint32_t(detail::header_len(w));
     if (mtu <= kIpUdpLen + hdr)
         return 0;
@@ -30,15 +29,13 @@ uint32_t max_elems_for_mtu(Wire w, uint32_t mtu)
 
 } // namespace
 
-uint16_t CommConfig::effective_switch_port() const
-{
+uint16_t CommConfig::effective_switch_port() const {
     if (switch_port != 0)
         return switch_port;
     return wire == Wire::Native ? INCXDP_UDP_PORT : SWITCHML_UDP_PORT_MIN;
 }
 
-uint32_t CommConfig::effective_elems_per_packet() const
-{
+uint32_t CommConfig::effective_elems_per_packet() const {
     if (elems_per_packet != 0)
         return elems_per_packet;
     uint32_t fit = mtu ? max_elems_for_mtu(wire, mtu) : UINT32_MAX;
@@ -53,8 +50,7 @@ uint32_t CommConfig::effective_elems_per_packet() const
     return SWITCHML_ELEMS(0);
 }
 
-void CommConfig::validate() const
-{
+void CommConfig::validate() const {
     auto bad = [this](const std::string &why) {
         return std::invalid_argument(
             fmt::format("communicator config (rank {}, job {}): {}", rank, job, why));
@@ -77,8 +73,8 @@ void CommConfig::validate() const
         throw bad(fmt::format("elems_per_packet {} must be 32, 64, 128 or 256 for SwitchML", p));
     }
     if (mtu != 0 && p > max_elems_for_mtu(wire, mtu))
-        throw bad(fmt::format("{} elements per packet ({} B IP packet) exceed the link MTU {}",
-                              p, kIpUdpLen + detail::header_len(wire) + 4 * p, mtu));
+        throw bad(fmt::format("{} elements per packet ({} B IP packet) exceed the link MTU {}", p,
+                              kIpUdpLen + detail::header_len(wire) + 4 * p, mtu));
     if (timeout.count() <= 0 || max_timeout < timeout)
         throw bad("timeout must be > 0 and max_timeout >= timeout");
     if (deadline.count() <= 0)
@@ -87,8 +83,7 @@ void CommConfig::validate() const
         throw bad(fmt::format("batch {} is not in 1..{}", batch, kMaxBatch));
 }
 
-CommConfig CommConfig::from_topology(const std::string &path, uint32_t job_id, uint32_t rank)
-{
+CommConfig CommConfig::from_topology(const std::string &path, uint32_t job_id, uint32_t rank) {
     try {
         auto topo = topo::Topology::load_file(path);
         const auto &job = topo.job(job_id);

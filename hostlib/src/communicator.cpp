@@ -17,8 +17,7 @@ namespace {
 
 constexpr std::chrono::milliseconds kDestructorCloseDeadline{5000};
 
-std::unique_ptr<Transport> udp_for(const CommConfig &cfg)
-{
+std::unique_ptr<Transport> udp_for(const CommConfig &cfg) {
     cfg.validate();
     UdpTransportConfig t;
     t.local_ip = cfg.local_ip;
@@ -32,8 +31,7 @@ std::unique_ptr<Transport> udp_for(const CommConfig &cfg)
 
 } // namespace
 
-CommStats &CommStats::operator+=(const CommStats &o)
-{
+CommStats &CommStats::operator+=(const CommStats &o) {
     packets_sent += o.packets_sent;
     bytes_sent += o.bytes_sent;
     packets_received += o.packets_received;
@@ -51,16 +49,14 @@ CommStats &CommStats::operator+=(const CommStats &o)
 struct Communicator::Impl {
     Impl(CommConfig c, std::unique_ptr<Transport> t)
         : cfg(std::move(c)), transport(std::move(t)), engine(cfg, *transport),
-          next_set(cfg.window, 0)
-    {
+          next_set(cfg.window, 0) {
         lane_slots.reserve(cfg.window);
         base_sets.reserve(cfg.window);
     }
 
     // Runs one call and keeps the slots' set parity in step with the switch.
-    void run(const detail::Schedule &s, const detail::CallInfo &call,
-             detail::StepHandler &handler, CommStats &stats)
-    {
+    void run(const detail::Schedule &s, const detail::CallInfo &call, detail::StepHandler &handler,
+             CommStats &stats) {
         try {
             engine.run(s, lane_slots, base_sets, call, handler, stats);
         } catch (...) {
@@ -71,16 +67,15 @@ struct Communicator::Impl {
             next_set[lane_slots[l]] ^= uint8_t(s.uses_of_lane(l) & 1);
     }
 
-    void check_usable(const char *what) const
-    {
+    void check_usable(const char *what) const {
         if (failed)
             throw std::logic_error(fmt::format(
                 "{}: communicator of rank {} job {} is unusable: an earlier collective failed "
                 "and the switch's slot sets are unknown; re-install the job and start over",
                 what, cfg.rank, cfg.job));
         if (closed)
-            throw std::logic_error(fmt::format("{}: communicator of rank {} job {} is closed",
-                                               what, cfg.rank, cfg.job));
+            throw std::logic_error(fmt::format("{}: communicator of rank {} job {} is closed", what,
+                                               cfg.rank, cfg.job));
     }
 
     CommConfig cfg;
@@ -98,16 +93,14 @@ struct Communicator::Impl {
 
 Communicator::Communicator(CommConfig cfg) : Communicator(cfg, udp_for(cfg)) {}
 
-Communicator::Communicator(CommConfig cfg, std::unique_ptr<Transport> transport)
-{
+Communicator::Communicator(CommConfig cfg, std::unique_ptr<Transport> transport) {
     cfg.validate();
     if (!transport)
         throw std::invalid_argument("communicator: transport is null");
     impl_ = std::make_unique<Impl>(std::move(cfg), std::move(transport));
 }
 
-Communicator::~Communicator()
-{
+Communicator::~Communicator() {
     if (!impl_ || impl_->closed || impl_->failed)
         return;
     impl_->cfg.deadline = std::min(impl_->cfg.deadline, kDestructorCloseDeadline);
@@ -119,9 +112,7 @@ Communicator::~Communicator()
     }
 }
 
-void Communicator::allreduce(const void *send, void *recv, size_t count, DType dtype,
-                             ReduceOp op)
-{
+void Communicator::allreduce(const void *send, void *recv, size_t count, DType dtype, ReduceOp op) {
     Impl &m = *impl_;
     m.check_usable("allreduce");
     m.last = CommStats{};
@@ -167,31 +158,26 @@ void Communicator::allreduce(const void *send, void *recv, size_t count, DType d
     m.total += m.last;
 }
 
-void Communicator::allreduce(std::span<const int32_t> send, std::span<int32_t> recv,
-                             ReduceOp op)
-{
+void Communicator::allreduce(std::span<const int32_t> send, std::span<int32_t> recv, ReduceOp op) {
     if (send.size() != recv.size())
-        throw std::invalid_argument(fmt::format("allreduce: send has {} elements, recv {}",
-                                                send.size(), recv.size()));
+        throw std::invalid_argument(
+            fmt::format("allreduce: send has {} elements, recv {}", send.size(), recv.size()));
     allreduce(send.data(), recv.data(), send.size(), DType::Int32, op);
 }
 
-void Communicator::allreduce(std::span<const float> send, std::span<float> recv, ReduceOp op)
-{
+void Communicator::allreduce(std::span<const float> send, std::span<float> recv, ReduceOp op) {
     if (send.size() != recv.size())
-        throw std::invalid_argument(fmt::format("allreduce: send has {} elements, recv {}",
-                                                send.size(), recv.size()));
+        throw std::invalid_argument(
+            fmt::format("allreduce: send has {} elements, recv {}", send.size(), recv.size()));
     allreduce(send.data(), recv.data(), send.size(), DType::Float32, op);
 }
 
-void Communicator::barrier()
-{
+void Communicator::barrier() {
     int32_t v = 0;
     allreduce(&v, &v, 1, DType::Int32, ReduceOp::Sum);
 }
 
-void Communicator::close()
-{
+void Communicator::close() {
     Impl &m = *impl_;
     if (m.closed)
         return;
@@ -217,18 +203,15 @@ void Communicator::close()
     m.closed = true;
 }
 
-const CommStats &Communicator::last_stats() const
-{
+const CommStats &Communicator::last_stats() const {
     return impl_->last;
 }
 
-const CommStats &Communicator::total_stats() const
-{
+const CommStats &Communicator::total_stats() const {
     return impl_->total;
 }
 
-const CommConfig &Communicator::config() const
-{
+const CommConfig &Communicator::config() const {
     return impl_->cfg;
 }
 

@@ -15,8 +15,7 @@ constexpr size_t kRecvSlack = 64;
 
 Engine::Engine(const CommConfig &cfg, Transport &transport)
     : cfg_(cfg), transport_(transport), wire_(cfg.wire), hdr_len_(header_len(cfg.wire)),
-      max_packet_(hdr_len_ + 4 * size_t(cfg.effective_elems_per_packet()))
-{
+      max_packet_(hdr_len_ + 4 * size_t(cfg.effective_elems_per_packet())) {
     send_mem_.resize(size_t(cfg.window) * max_packet_);
     lanes_.resize(cfg.window);
     for (size_t l = 0; l < lanes_.size(); ++l)
@@ -34,8 +33,7 @@ Engine::Engine(const CommConfig &cfg, Transport &transport)
 
 void Engine::run(const Schedule &sched, std::span<const uint16_t> lane_slots,
                  std::span<const uint8_t> base_sets, const CallInfo &call, StepHandler &handler,
-                 CommStats &stats)
-{
+                 CommStats &stats) {
     if (sched.steps == 0)
         return;
     sched_ = &sched;
@@ -90,8 +88,7 @@ void Engine::run(const Schedule &sched, std::span<const uint16_t> lane_slots,
         lanes_[l].step = kIdle;
 }
 
-void Engine::start_step(uint32_t lane, uint64_t step)
-{
+void Engine::start_step(uint32_t lane, uint64_t step) {
     Lane &L = lanes_[lane];
     L.step = step;
     L.set = sched_->set_of(step, base_sets_[lane]);
@@ -121,8 +118,7 @@ void Engine::start_step(uint32_t lane, uint64_t step)
     }
 }
 
-void Engine::flush(Clock::time_point now)
-{
+void Engine::flush(Clock::time_point now) {
     // A lane whose last step finished while a retransmission was queued
     // has nothing left to send.
     std::erase_if(send_queue_, [this](uint32_t l) {
@@ -155,8 +151,7 @@ void Engine::flush(Clock::time_point now)
     send_queue_.erase(send_queue_.begin(), send_queue_.begin() + ptrdiff_t(head));
 }
 
-void Engine::handle(std::span<const std::byte> pkt, Clock::time_point now)
-{
+void Engine::handle(std::span<const std::byte> pkt, Clock::time_point now) {
     auto r = decode_result(wire_, pkt);
     uint32_t job = wire_ == Wire::Native ? cfg_.job : (cfg_.job & 0xff);
     if (!r || r->job != job) {
@@ -195,8 +190,7 @@ void Engine::handle(std::span<const std::byte> pkt, Clock::time_point now)
         start_step(lane, next);
 }
 
-void Engine::check_timers(Clock::time_point now)
-{
+void Engine::check_timers(Clock::time_point now) {
     next_timer_ = Clock::time_point::max();
     for (uint32_t l = 0; l < sched_->lanes; ++l) {
         Lane &L = lanes_[l];
@@ -218,8 +212,7 @@ void Engine::check_timers(Clock::time_point now)
     }
 }
 
-void Engine::fail_timeout(Clock::time_point now, uint32_t lane_plus_one) const
-{
+void Engine::fail_timeout(Clock::time_point now, uint32_t lane_plus_one) const {
     // Name the given lane, else the one holding the oldest pending step.
     uint32_t lane = 0;
     if (lane_plus_one != 0) {
@@ -242,12 +235,12 @@ void Engine::fail_timeout(Clock::time_point now, uint32_t lane_plus_one) const
             : fmt::format("no result from the switch for {:.1f} s",
                           std::chrono::duration<double>(now - last_progress_).count());
     auto msg = fmt::format(
-        "{} timed out: rank {} of {}, job {}: {}; stuck at slot {} set {} {} (round {}, sent "
+        "{} timed out: rank {} of {}, job {}: {}; stuck at slot {} set {}, {} (round {}, sent "
         "{} times, {} of {} steps done) on {}. Check that all {} ranks run the same collective "
         "with the same window/packet size and that job {} is installed on the switch",
         call_->what, cfg_.rank, cfg_.world_size, cfg_.job, why, slot, int(L.set), what_step,
-        call_->round, L.retries + 1, done_, sched_->steps, transport_.describe(),
-        cfg_.world_size, cfg_.job);
+        call_->round, L.retries + 1, done_, sched_->steps, transport_.describe(), cfg_.world_size,
+        cfg_.job);
     throw CommTimeout(msg, cfg_.rank, cfg_.job, slot, chunk ? *chunk : L.step);
 }
 

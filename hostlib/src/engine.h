@@ -21,12 +21,12 @@ namespace incxdp::detail {
 
 /// What the engine asks of a collective.
 class StepHandler {
-public:
+  public:
     virtual ~StepHandler() = default;
     /// Fill `payload` (room for elems_per_packet big-endian int32) for `step`;
     /// set nelems (elements written) and exp.
-    virtual void build(uint64_t step, uint32_t lane, std::span<std::byte> payload,
-                       uint16_t &nelems, int8_t &exp) = 0;
+    virtual void build(uint64_t step, uint32_t lane, std::span<std::byte> payload, uint16_t &nelems,
+                       int8_t &exp) = 0;
     /// Take the switch's result for `step` (already matched and size-checked).
     virtual void consume(uint64_t step, uint32_t lane, const ResultView &r) = 0;
 };
@@ -40,7 +40,7 @@ struct CallInfo {
 };
 
 class Engine {
-public:
+  public:
     /// Buffers for `cfg.window` lanes are allocated here, never per packet.
     Engine(const CommConfig &cfg, Transport &transport);
 
@@ -50,7 +50,7 @@ public:
              std::span<const uint8_t> base_sets, const CallInfo &call, StepHandler &handler,
              CommStats &stats);
 
-private:
+  private:
     using Clock = std::chrono::steady_clock;
     static constexpr uint64_t kIdle = ~uint64_t(0);
 
@@ -58,11 +58,11 @@ private:
         uint64_t step = kIdle; ///< step in flight
         uint8_t set = 0;
         uint16_t nelems = 0;
-        bool queued = false;   ///< waiting in send_queue_
-        uint32_t retries = 0;  ///< of the step in flight
+        bool queued = false;  ///< waiting in send_queue_
+        uint32_t retries = 0; ///< of the step in flight
         Clock::duration timeout{};
         Clock::time_point deadline = Clock::time_point::max();
-        size_t len = 0;        ///< bytes of the packet in buf
+        size_t len = 0; ///< bytes of the packet in buf
         std::byte *buf = nullptr;
     };
 

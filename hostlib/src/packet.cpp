@@ -16,33 +16,35 @@ namespace {
 static_assert(sizeof(incxdp_hdr) == INCXDP_HDR_LEN && INCXDP_HDR_LEN == kNativeHdrLen);
 static_assert(sizeof(switchml_hdr) == SWITCHML_HDR_LEN && SWITCHML_HDR_LEN == kSwitchmlHdrLen);
 
-uint8_t wire_op(ReduceOp op)
-{
+uint8_t wire_op(ReduceOp op) {
     switch (op) {
-    case ReduceOp::Sum: return INCXDP_OP_SUM;
-    case ReduceOp::Max: return INCXDP_OP_MAX;
-    case ReduceOp::Min: return INCXDP_OP_MIN;
+    case ReduceOp::Sum:
+        return INCXDP_OP_SUM;
+    case ReduceOp::Max:
+        return INCXDP_OP_MAX;
+    case ReduceOp::Min:
+        return INCXDP_OP_MIN;
     }
     return INCXDP_OP_SUM;
 }
 
-std::optional<ReduceOp> op_from_wire(uint8_t v)
-{
+std::optional<ReduceOp> op_from_wire(uint8_t v) {
     switch (v) {
-    case INCXDP_OP_SUM: return ReduceOp::Sum;
-    case INCXDP_OP_MAX: return ReduceOp::Max;
-    case INCXDP_OP_MIN: return ReduceOp::Min;
+    case INCXDP_OP_SUM:
+        return ReduceOp::Sum;
+    case INCXDP_OP_MAX:
+        return ReduceOp::Max;
+    case INCXDP_OP_MIN:
+        return ReduceOp::Min;
     }
     return std::nullopt;
 }
 
-uint16_t slot_field(uint16_t slot, uint8_t set)
-{
+uint16_t slot_field(uint16_t slot, uint8_t set) {
     return htons(uint16_t((slot & INCXDP_SLOT_INDEX_MASK) | (set ? INCXDP_SLOT_SET_BIT : 0)));
 }
 
-void encode_native(uint8_t type, const StepHeader &h, std::span<std::byte> out)
-{
+void encode_native(uint8_t type, const StepHeader &h, std::span<std::byte> out) {
     if (out.size() < kNativeHdrLen)
         throw std::length_error("encode incxdp_hdr: buffer shorter than 32 bytes");
     incxdp_hdr w{};
@@ -61,8 +63,7 @@ void encode_native(uint8_t type, const StepHeader &h, std::span<std::byte> out)
     std::memcpy(out.data(), &w, sizeof(w));
 }
 
-void encode_switchml(uint8_t type, const StepHeader &h, std::span<std::byte> out)
-{
+void encode_switchml(uint8_t type, const StepHeader &h, std::span<std::byte> out) {
     if (out.size() < kSwitchmlHdrLen)
         throw std::length_error("encode switchml_hdr: buffer shorter than 10 bytes");
     int code = switchml_size_code(h.nelems);
@@ -80,8 +81,7 @@ void encode_switchml(uint8_t type, const StepHeader &h, std::span<std::byte> out
 }
 
 // Common decode of both headers into a StepHeader plus message type.
-std::optional<StepHeader> decode_any(Wire w, std::span<const std::byte> pkt, uint8_t &type)
-{
+std::optional<StepHeader> decode_any(Wire w, std::span<const std::byte> pkt, uint8_t &type) {
     StepHeader h;
     if (w == Wire::Native) {
         if (pkt.size() < kNativeHdrLen)
@@ -130,42 +130,36 @@ std::optional<StepHeader> decode_any(Wire w, std::span<const std::byte> pkt, uin
 
 } // namespace
 
-size_t header_len(Wire w)
-{
+size_t header_len(Wire w) {
     return w == Wire::Native ? kNativeHdrLen : kSwitchmlHdrLen;
 }
 
-uint32_t switchml_tag(uint32_t round, uint32_t chunk)
-{
+uint32_t switchml_tag(uint32_t round, uint32_t chunk) {
     return (round & 0xff) << 24 | (chunk & 0xffffff);
 }
 
-int switchml_size_code(uint32_t nelems)
-{
+int switchml_size_code(uint32_t nelems) {
     for (int code = 0; code <= SWITCHML_SIZE_MAX; ++code)
         if (SWITCHML_ELEMS(code) == nelems)
             return code;
     return -1;
 }
 
-void encode_data(Wire w, const StepHeader &h, std::span<std::byte> out)
-{
+void encode_data(Wire w, const StepHeader &h, std::span<std::byte> out) {
     if (w == Wire::Native)
         encode_native(INCXDP_MSG_DATA, h, out);
     else
         encode_switchml(SWITCHML_MSG_UPDATE, h, out);
 }
 
-void encode_result(Wire w, const StepHeader &h, std::span<std::byte> out)
-{
+void encode_result(Wire w, const StepHeader &h, std::span<std::byte> out) {
     if (w == Wire::Native)
         encode_native(INCXDP_MSG_RESULT, h, out);
     else
         encode_switchml(SWITCHML_MSG_RESULT, h, out);
 }
 
-std::optional<ResultView> decode_result(Wire w, std::span<const std::byte> pkt)
-{
+std::optional<ResultView> decode_result(Wire w, std::span<const std::byte> pkt) {
     uint8_t type = 0;
     auto h = decode_any(w, pkt, type);
     if (!h || type != (w == Wire::Native ? INCXDP_MSG_RESULT : SWITCHML_MSG_RESULT))
@@ -183,8 +177,7 @@ std::optional<ResultView> decode_result(Wire w, std::span<const std::byte> pkt)
     return r;
 }
 
-std::optional<StepHeader> decode_data(Wire w, std::span<const std::byte> pkt)
-{
+std::optional<StepHeader> decode_data(Wire w, std::span<const std::byte> pkt) {
     uint8_t type = 0;
     auto h = decode_any(w, pkt, type);
     if (!h || type != (w == Wire::Native ? INCXDP_MSG_DATA : SWITCHML_MSG_UPDATE))

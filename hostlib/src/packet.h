@@ -72,8 +72,7 @@ std::optional<ResultView> decode_result(Wire w, std::span<const std::byte> pkt);
 /// tests); for SwitchML chunk/round are the tag's bits. nullopt if invalid.
 std::optional<StepHeader> decode_data(Wire w, std::span<const std::byte> pkt);
 
-inline void store_be32(std::byte *p, int32_t v)
-{
+inline void store_be32(std::byte *p, int32_t v) {
     uint32_t u = uint32_t(v);
     p[0] = std::byte(u >> 24);
     p[1] = std::byte(u >> 16);
@@ -81,8 +80,7 @@ inline void store_be32(std::byte *p, int32_t v)
     p[3] = std::byte(u);
 }
 
-inline int32_t load_be32(const std::byte *p)
-{
+inline int32_t load_be32(const std::byte *p) {
     return int32_t(uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 |
                    uint32_t(p[3]));
 }

@@ -7,28 +7,27 @@
 
 namespace incxdp {
 
-std::string_view to_string(DType t)
-{
+std::string_view to_string(DType t) {
     return t == DType::Float32 ? "float32" : "int32";
 }
 
-std::string_view to_string(ReduceOp op)
-{
+std::string_view to_string(ReduceOp op) {
     switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
+    case ReduceOp::Sum:
+        return "sum";
+    case ReduceOp::Max:
+        return "max";
+    case ReduceOp::Min:
+        return "min";
     }
     return "?";
 }
 
-std::string_view to_string(Wire w)
-{
+std::string_view to_string(Wire w) {
     return w == Wire::SwitchML ? "switchml" : "native";
 }
 
-DType parse_dtype(std::string_view s)
-{
+DType parse_dtype(std::string_view s) {
     if (s == "int32")
         return DType::Int32;
     if (s == "float32")
@@ -36,8 +35,7 @@ DType parse_dtype(std::string_view s)
     throw std::invalid_argument("unknown dtype '" + std::string(s) + "' (int32, float32)");
 }
 
-ReduceOp parse_op(std::string_view s)
-{
+ReduceOp parse_op(std::string_view s) {
     if (s == "sum")
         return ReduceOp::Sum;
     if (s == "max")
@@ -47,8 +45,7 @@ ReduceOp parse_op(std::string_view s)
     throw std::invalid_argument("unknown op '" + std::string(s) + "' (sum, max, min)");
 }
 
-Wire parse_wire(std::string_view s)
-{
+Wire parse_wire(std::string_view s) {
     if (s == "native")
         return Wire::Native;
     if (s == "switchml")
@@ -56,12 +53,14 @@ Wire parse_wire(std::string_view s)
     throw std::invalid_argument("unknown wire '" + std::string(s) + "' (native, switchml)");
 }
 
-int32_t op_identity(ReduceOp op)
-{
+int32_t op_identity(ReduceOp op) {
     switch (op) {
-    case ReduceOp::Sum: return 0;
-    case ReduceOp::Max: return std::numeric_limits<int32_t>::min();
-    case ReduceOp::Min: return std::numeric_limits<int32_t>::max();
+    case ReduceOp::Sum:
+        return 0;
+    case ReduceOp::Max:
+        return std::numeric_limits<int32_t>::min();
+    case ReduceOp::Min:
+        return std::numeric_limits<int32_t>::max();
     }
     return 0;
 }

@@ -27,8 +27,7 @@ struct Schedule {
     uint64_t steps = 0;      ///< warmup + chunks
 
     /// A data call: `count` elements cut into chunks, `window` slots at most.
-    static Schedule make(size_t count, uint32_t per_packet, uint32_t window, bool float_warmup)
-    {
+    static Schedule make(size_t count, uint32_t per_packet, uint32_t window, bool float_warmup) {
         Schedule s;
         s.count = count;
         s.per_packet = per_packet;
@@ -40,8 +39,7 @@ struct Schedule {
     }
 
     /// A call of exactly one payload-free step per lane (parking).
-    static Schedule single_steps(uint32_t lanes)
-    {
+    static Schedule single_steps(uint32_t lanes) {
         Schedule s;
         s.lanes = lanes;
         s.steps = lanes;
@@ -51,39 +49,31 @@ struct Schedule {
     uint32_t lane_of(uint64_t step) const { return uint32_t(step % lanes); }
     /// How many earlier steps of this call used the same lane.
     uint64_t use_of(uint64_t step) const { return step / lanes; }
-    uint8_t set_of(uint64_t step, uint8_t base_set) const
-    {
+    uint8_t set_of(uint64_t step, uint8_t base_set) const {
         return uint8_t((base_set ^ use_of(step)) & 1);
     }
     /// Steps the call runs on `lane`; the slot's base set flips this often.
-    uint64_t uses_of_lane(uint32_t lane) const
-    {
+    uint64_t uses_of_lane(uint32_t lane) const {
         return steps / lanes + (lane < steps % lanes ? 1 : 0);
     }
     /// The data chunk a step carries, or nullopt for a warm-up step.
-    std::optional<uint64_t> chunk_of(uint64_t step) const
-    {
+    std::optional<uint64_t> chunk_of(uint64_t step) const {
         if (step < warmup || step >= steps)
             return std::nullopt;
         return step - warmup;
     }
     /// First element of a chunk and how many real elements it holds.
     size_t chunk_begin(uint64_t chunk) const { return size_t(chunk) * per_packet; }
-    uint32_t chunk_elems(uint64_t chunk) const
-    {
+    uint32_t chunk_elems(uint64_t chunk) const {
         return uint32_t(std::min<size_t>(per_packet, count - chunk_begin(chunk)));
     }
     /// The chunk whose exponent a step announces (float32): the next chunk
     /// on the same lane, i.e. step + lanes. nullopt if there is none.
-    std::optional<uint64_t> announced_chunk(uint64_t step) const
-    {
-        return chunk_of(step + lanes);
-    }
+    std::optional<uint64_t> announced_chunk(uint64_t step) const { return chunk_of(step + lanes); }
 };
 
 /// Round n up to a multiple of q.
-inline uint32_t round_up(uint32_t n, uint32_t q)
-{
+inline uint32_t round_up(uint32_t n, uint32_t q) {
     return (n + q - 1) / q * q;
 }
 

@@ -20,10 +20,9 @@ namespace incxdp {
 namespace {
 
 class Fd {
-public:
+  public:
     explicit Fd(int fd) : fd_(fd) {}
-    ~Fd()
-    {
+    ~Fd() {
         if (fd_ >= 0)
             ::close(fd_);
     }
@@ -31,12 +30,11 @@ public:
     Fd &operator=(const Fd &) = delete;
     int get() const { return fd_; }
 
-private:
+  private:
     int fd_;
 };
 
-sockaddr_in make_addr(const std::string &ip, uint16_t port, const char *what)
-{
+sockaddr_in make_addr(const std::string &ip, uint16_t port, const char *what) {
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
@@ -46,8 +44,7 @@ sockaddr_in make_addr(const std::string &ip, uint16_t port, const char *what)
     return a;
 }
 
-std::string to_string(const sockaddr_in &a)
-{
+std::string to_string(const sockaddr_in &a) {
     char buf[INET_ADDRSTRLEN] = {};
     inet_ntop(AF_INET, &a.sin_addr, buf, sizeof(buf));
     return fmt::format("{}:{}", buf, ntohs(a.sin_port));
@@ -55,8 +52,7 @@ std::string to_string(const sockaddr_in &a)
 
 // Raise a socket buffer: the FORCE variant ignores net.core.{r,w}mem_max but
 // needs CAP_NET_ADMIN; without it the plain option is capped by the sysctl.
-void raise_buffer(int fd, int force_opt, int opt, int bytes)
-{
+void raise_buffer(int fd, int force_opt, int opt, int bytes) {
     if (bytes <= 0)
         return;
     if (setsockopt(fd, SOL_SOCKET, force_opt, &bytes, sizeof(bytes)) == 0)
@@ -65,11 +61,10 @@ void raise_buffer(int fd, int force_opt, int opt, int bytes)
 }
 
 class UdpTransport final : public Transport {
-public:
+  public:
     explicit UdpTransport(const UdpTransportConfig &cfg)
         : fd_(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)),
-          remote_(make_addr(cfg.remote_ip, cfg.remote_port, "switch address"))
-    {
+          remote_(make_addr(cfg.remote_ip, cfg.remote_port, "switch address")) {
         sockaddr_in local = make_addr(cfg.local_ip, cfg.local_port, "local address");
         if (fd_.get() < 0)
             throw std::system_error(errno, std::generic_category(),
@@ -96,8 +91,7 @@ public:
         riov_.resize(batch);
     }
 
-    size_t send_batch(std::span<const std::span<const std::byte>> pkts) override
-    {
+    size_t send_batch(std::span<const std::span<const std::byte>> pkts) override {
         size_t n = std::min(pkts.size(), smsg_.size());
         for (size_t i = 0; i < n; ++i) {
             siov_[i].iov_base = const_cast<std::byte *>(pkts[i].data());
@@ -124,8 +118,7 @@ public:
     }
 
     size_t recv_batch(std::span<const std::span<std::byte>> bufs,
-                      std::span<size_t> sizes) override
-    {
+                      std::span<size_t> sizes) override {
         size_t n = std::min<size_t>({bufs.size(), sizes.size(), rmsg_.size()});
         for (size_t i = 0; i < n; ++i) {
             riov_[i].iov_base = bufs[i].data();
@@ -137,8 +130,8 @@ public:
         }
         for (;;) {
             // MSG_TRUNC: msg_len is the datagram's real length even if cut.
-            int r = ::recvmmsg(fd_.get(), rmsg_.data(), unsigned(n), MSG_DONTWAIT | MSG_TRUNC,
-                               nullptr);
+            int r =
+                ::recvmmsg(fd_.get(), rmsg_.data(), unsigned(n), MSG_DONTWAIT | MSG_TRUNC, nullptr);
             if (r >= 0) {
                 for (int i = 0; i < r; ++i)
                     sizes[size_t(i)] = rmsg_[size_t(i)].msg_len;
@@ -155,8 +148,7 @@ public:
         }
     }
 
-    void wait(std::chrono::nanoseconds timeout, bool want_send) override
-    {
+    void wait(std::chrono::nanoseconds timeout, bool want_send) override {
         pollfd p{fd_.get(), short(POLLIN | (want_send ? POLLOUT : 0)), 0};
         auto ns = std::max<int64_t>(timeout.count(), 0);
         timespec ts{time_t(ns / 1000000000), long(ns % 1000000000)};
@@ -167,7 +159,7 @@ public:
 
     std::string describe() const override { return describe_; }
 
-private:
+  private:
     Fd fd_;
     sockaddr_in remote_;
     std::string describe_;
@@ -177,8 +169,7 @@ private:
 
 } // namespace
 
-std::unique_ptr<Transport> make_udp_transport(const UdpTransportConfig &cfg)
-{
+std::unique_ptr<Transport> make_udp_transport(const UdpTransportConfig &cfg) {
     return std::make_unique<UdpTransport>(cfg);
 }
 

@@ -26,8 +26,7 @@ struct Options {
     bool verify = false;
 };
 
-json stats_json(const CommStats &s)
-{
+json stats_json(const CommStats &s) {
     return {{"seconds", s.seconds},
             {"packets_sent", s.packets_sent},
             {"bytes_sent", s.bytes_sent},
@@ -40,9 +39,7 @@ json stats_json(const CommStats &s)
 }
 
 // Runs the iterations; returns false if a verification failed.
-template <typename T>
-bool run(Communicator &comm, const Options &o, uint64_t bytes, json &out)
-{
+template <typename T> bool run(Communicator &comm, const Options &o, uint64_t bytes, json &out) {
     const auto &cfg = comm.config();
     DType dtype = parse_dtype(o.boot.dtype);
     ReduceOp op = parse_op(o.boot.op);
@@ -88,8 +85,7 @@ bool run(Communicator &comm, const Options &o, uint64_t bytes, json &out)
 
 } // namespace
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     CLI::App app{"incxdp-worker: one rank of an in-network allreduce job"};
     Options o;
     add_bootstrap_options(app, o.boot);
@@ -103,8 +99,8 @@ int main(int argc, char **argv)
         return app.exit(e) == 0 ? 0 : 2;
     }
 
-    json out = {{"rank", o.boot.rank}, {"job", o.boot.job},     {"dtype", o.boot.dtype},
-                {"op", o.boot.op},     {"wire", o.boot.wire},   {"iterations", json::array()}};
+    json out = {{"rank", o.boot.rank}, {"job", o.boot.job},   {"dtype", o.boot.dtype},
+                {"op", o.boot.op},     {"wire", o.boot.wire}, {"iterations", json::array()}};
     int rc = 0;
     try {
         uint64_t bytes = parse_size(o.size);

@@ -14,22 +14,19 @@
 namespace incxdp::tools {
 namespace {
 
-uint64_t splitmix64(uint64_t x)
-{
+uint64_t splitmix64(uint64_t x) {
     x += 0x9E3779B97F4A7C15ull;
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
     return x ^ (x >> 31);
 }
 
-uint64_t element_hash(uint64_t seed, uint32_t rank, uint64_t index)
-{
+uint64_t element_hash(uint64_t seed, uint32_t rank, uint64_t index) {
     uint64_t key = splitmix64(seed ^ splitmix64(rank + 0x5bd1e995ull));
     return splitmix64(key + index * 0x9E3779B97F4A7C15ull);
 }
 
-std::string lower(std::string_view s)
-{
+std::string lower(std::string_view s) {
     std::string r(s);
     for (char &c : r)
         c = char(std::tolower(static_cast<unsigned char>(c)));
@@ -38,8 +35,7 @@ std::string lower(std::string_view s)
 
 } // namespace
 
-uint64_t parse_size(std::string_view text)
-{
+uint64_t parse_size(std::string_view text) {
     std::string s = lower(text);
     size_t digits = 0;
     while (digits < s.size() && std::isdigit(static_cast<unsigned char>(s[digits])))
@@ -74,8 +70,7 @@ uint64_t parse_size(std::string_view text)
     return n;
 }
 
-std::vector<uint64_t> parse_size_list(std::string_view s)
-{
+std::vector<uint64_t> parse_size_list(std::string_view s) {
     std::vector<uint64_t> out;
     size_t pos = 0;
     while (pos <= s.size()) {
@@ -88,8 +83,7 @@ std::vector<uint64_t> parse_size_list(std::string_view s)
     return out;
 }
 
-std::string format_size(uint64_t bytes)
-{
+std::string format_size(uint64_t bytes) {
     static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     int u = 0;
     while (u < 4 && bytes >= 1024 && bytes % 1024 == 0) {
@@ -99,8 +93,7 @@ std::string format_size(uint64_t bytes)
     return fmt::format("{} {}", bytes, units[u]);
 }
 
-void add_bootstrap_options(CLI::App &app, BootstrapOptions &o)
-{
+void add_bootstrap_options(CLI::App &app, BootstrapOptions &o) {
     app.add_option("--topo", o.topo, "Topology file (YAML)")->required()->check(CLI::ExistingFile);
     app.add_option("--job", o.job, "Job id in the topology")->capture_default_str();
     app.add_option("--rank", o.rank, "This worker's rank in the job")->required();
@@ -128,8 +121,7 @@ void add_bootstrap_options(CLI::App &app, BootstrapOptions &o)
     app.add_flag("-j,--json", o.json, "JSON output");
 }
 
-CommConfig make_config(const BootstrapOptions &o)
-{
+CommConfig make_config(const BootstrapOptions &o) {
     CommConfig c = CommConfig::from_topology(o.topo, o.job, o.rank);
     c.wire = parse_wire(o.wire);
     if (o.window)
@@ -143,13 +135,11 @@ CommConfig make_config(const BootstrapOptions &o)
     return c;
 }
 
-int32_t gen_int32(uint64_t seed, uint32_t rank, uint64_t index)
-{
+int32_t gen_int32(uint64_t seed, uint32_t rank, uint64_t index) {
     return int32_t(uint32_t(element_hash(seed, rank, index) >> 32));
 }
 
-float gen_float32(uint64_t seed, uint32_t rank, uint64_t index)
-{
+float gen_float32(uint64_t seed, uint32_t rank, uint64_t index) {
     uint64_t h = element_hash(seed, rank, index);
     // (2u + 1 - 2^24) / 2^24 with u < 2^24: an exact float in (-1, 1).
     int32_t odd = int32_t(2 * (h >> 40) + 1) - (1 << 24);
@@ -157,20 +147,17 @@ float gen_float32(uint64_t seed, uint32_t rank, uint64_t index)
     return std::ldexp(float(odd), s - 24);
 }
 
-void fill(std::span<int32_t> v, uint64_t seed, uint32_t rank)
-{
+void fill(std::span<int32_t> v, uint64_t seed, uint32_t rank) {
     for (size_t i = 0; i < v.size(); ++i)
         v[i] = gen_int32(seed, rank, i);
 }
 
-void fill(std::span<float> v, uint64_t seed, uint32_t rank)
-{
+void fill(std::span<float> v, uint64_t seed, uint32_t rank) {
     for (size_t i = 0; i < v.size(); ++i)
         v[i] = gen_float32(seed, rank, i);
 }
 
-std::string VerifyResult::describe() const
-{
+std::string VerifyResult::describe() const {
     if (ok)
         return "OK";
     return fmt::format("FAILED: {} elements wrong, first at index {}: got {} want {} "
@@ -180,8 +167,7 @@ std::string VerifyResult::describe() const
 
 namespace {
 
-void note_mismatch(VerifyResult &r, uint64_t i, double got, double want, double bound)
-{
+void note_mismatch(VerifyResult &r, uint64_t i, double got, double want, double bound) {
     if (r.mismatches++ == 0) {
         r.first_bad = i;
         r.got = got;
@@ -194,8 +180,7 @@ void note_mismatch(VerifyResult &r, uint64_t i, double got, double want, double 
 } // namespace
 
 VerifyResult verify_int32(std::span<const int32_t> got, uint64_t seed, uint32_t world,
-                          ReduceOp op)
-{
+                          ReduceOp op) {
     VerifyResult r;
     for (size_t i = 0; i < got.size(); ++i) {
         uint32_t sum = 0;
@@ -214,9 +199,8 @@ VerifyResult verify_int32(std::span<const int32_t> got, uint64_t seed, uint32_t 
     return r;
 }
 
-VerifyResult verify_float32(std::span<const float> got, uint64_t seed, uint32_t world,
-                            ReduceOp op, uint32_t per_packet)
-{
+VerifyResult verify_float32(std::span<const float> got, uint64_t seed, uint32_t world, ReduceOp op,
+                            uint32_t per_packet) {
     VerifyResult r;
     std::vector<float> block(size_t(world) * per_packet);
     for (size_t begin = 0; begin < got.size(); begin += per_packet) {
@@ -229,12 +213,10 @@ VerifyResult verify_float32(std::span<const float> got, uint64_t seed, uint32_t 
             agreed = std::max(agreed, quant::block_exponent(mine));
         }
         for (size_t i = 0; i < n; ++i) {
-            double want = op == ReduceOp::Sum ? 0.0
-                          : op == ReduceOp::Max ? -INFINITY
-                                                : INFINITY;
+            double want = op == ReduceOp::Sum ? 0.0 : op == ReduceOp::Max ? -INFINITY : INFINITY;
             for (uint32_t k = 0; k < world; ++k) {
                 double v = block[size_t(k) * per_packet + i];
-                want = op == ReduceOp::Sum ? want + v
+                want = op == ReduceOp::Sum   ? want + v
                        : op == ReduceOp::Max ? std::max(want, v)
                                              : std::min(want, v);
             }
@@ -249,8 +231,7 @@ VerifyResult verify_float32(std::span<const float> got, uint64_t seed, uint32_t 
     return r;
 }
 
-double algbw_mbps(uint64_t bytes, double seconds)
-{
+double algbw_mbps(uint64_t bytes, double seconds) {
     return seconds > 0 ? double(bytes) / seconds / 1e6 : 0.0;
 }
 

@@ -31,9 +31,9 @@ struct BootstrapOptions {
     std::string dtype = "int32";
     std::string op = "sum";
     std::string wire = "native";
-    uint32_t window = 0;         // 0 = from the topology (min(64, job slots))
-    uint32_t elems = 0;          // 0 = wire default
-    uint32_t switch_port = 0;    // 0 = wire default
+    uint32_t window = 0;      // 0 = from the topology (min(64, job slots))
+    uint32_t elems = 0;       // 0 = wire default
+    uint32_t switch_port = 0; // 0 = wire default
     uint32_t timeout_ms = 20;
     double deadline_s = 30;
     uint64_t seed = 1;
@@ -56,20 +56,19 @@ void fill(std::span<float> v, uint64_t seed, uint32_t rank);
 struct VerifyResult {
     bool ok = true;
     uint64_t mismatches = 0;
-    uint64_t first_bad = 0;  ///< index of the first mismatch
+    uint64_t first_bad = 0;              ///< index of the first mismatch
     double got = 0, want = 0, bound = 0; ///< at first_bad
-    double max_err = 0;      ///< float32: largest |got - want|
-    double max_err_over_bound = 0; ///< float32: largest |got - want| / bound
+    double max_err = 0;                  ///< float32: largest |got - want|
+    double max_err_over_bound = 0;       ///< float32: largest |got - want| / bound
     std::string describe() const;
 };
 
 /// Recompute every rank's data and compare: int32 exactly (wrapping sum),
 /// float32 within quant::result_bound() of the exact result in double, using
 /// the block exponents the protocol agrees on (blocks of per_packet elements).
-VerifyResult verify_int32(std::span<const int32_t> got, uint64_t seed, uint32_t world,
-                          ReduceOp op);
-VerifyResult verify_float32(std::span<const float> got, uint64_t seed, uint32_t world,
-                            ReduceOp op, uint32_t per_packet);
+VerifyResult verify_int32(std::span<const int32_t> got, uint64_t seed, uint32_t world, ReduceOp op);
+VerifyResult verify_float32(std::span<const float> got, uint64_t seed, uint32_t world, ReduceOp op,
+                            uint32_t per_packet);
 
 /// algbw in MB/s (10^6 bytes) for `bytes` in `seconds`.
 double algbw_mbps(uint64_t bytes, double seconds);

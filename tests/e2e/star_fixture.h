@@ -19,6 +19,10 @@ namespace incxdp::test {
 
 namespace proc = incxdp::topo::detail;
 
+#ifndef INCXDP_E2E_MODE
+#define INCXDP_E2E_MODE "native"
+#endif
+
 inline std::string star_file() { return std::string(INCXDP_SOURCE_DIR) + "/topo/topologies/star.yaml"; }
 
 class StarTopology : public ::testing::Test {
@@ -80,7 +84,8 @@ class StarTopology : public ::testing::Test {
             setup_error_ = std::string("topology up failed: ") + e.what();
             return;
         }
-        auto load = cli({"load", "--iface", "p-w0", "--iface", "p-w1", "--iface", "p-w2", "--iface", "p-w3"});
+        auto load = cli({"load", "--mode", INCXDP_E2E_MODE, "--iface", "p-w0", "--iface", "p-w1", "--iface", "p-w2",
+                         "--iface", "p-w3"});
         if (load.status != 0) {
             setup_error_ = "incxdp load failed: " + load.err;
             return;

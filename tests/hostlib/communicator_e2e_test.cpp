@@ -37,9 +37,8 @@ struct ClusterOptions {
 };
 
 class Cluster {
-public:
-    explicit Cluster(ClusterOptions o) : o_(o)
-    {
+  public:
+    explicit Cluster(ClusterOptions o) : o_(o) {
         RefSwitchConfig sc;
         sc.wire = o.wire;
         sc.job = kJob;
@@ -55,8 +54,7 @@ public:
     }
     ~Cluster() { close_all(); }
 
-    CommConfig config(uint32_t rank) const
-    {
+    CommConfig config(uint32_t rank) const {
         CommConfig c;
         c.rank = rank;
         c.world_size = o_.ranks;
@@ -73,15 +71,13 @@ public:
         return c;
     }
 
-    void open()
-    {
+    void open() {
         for (uint32_t r = 0; r < o_.ranks; ++r)
             comms_.push_back(std::make_unique<Communicator>(config(r)));
     }
 
     // close() is collective: every rank on its own thread.
-    void close_all()
-    {
+    void close_all() {
         if (comms_.empty())
             return;
         parallel([](uint32_t, Communicator &c) { c.close(); });
@@ -89,8 +85,7 @@ public:
     }
 
     // Destroy without close(): the destructors park, also collectively.
-    void destroy_all()
-    {
+    void destroy_all() {
         std::vector<std::thread> t;
         for (auto &c : comms_)
             t.emplace_back([&c] { c.reset(); });
@@ -102,8 +97,7 @@ public:
     // Runs f on every rank (or the first `ranks`) in parallel; returns each
     // rank's exception (nullptr if none).
     std::vector<std::exception_ptr> parallel(std::function<void(uint32_t, Communicator &)> f,
-                                             uint32_t ranks = 0)
-    {
+                                             uint32_t ranks = 0) {
         if (!ranks)
             ranks = o_.ranks;
         std::vector<std::exception_ptr> err(ranks);
@@ -121,8 +115,7 @@ public:
         return err;
     }
 
-    void parallel_ok(std::function<void(uint32_t, Communicator &)> f)
-    {
+    void parallel_ok(std::function<void(uint32_t, Communicator &)> f) {
         auto err = parallel(std::move(f));
         for (uint32_t r = 0; r < err.size(); ++r) {
             if (!err[r])
@@ -139,15 +132,14 @@ public:
     Communicator &comm(uint32_t r) { return *comms_[r]; }
     const ClusterOptions &opts() const { return o_; }
 
-private:
+  private:
     ClusterOptions o_;
     std::unique_ptr<RefSwitch> sw_;
     std::vector<uint16_t> ports_;
     std::vector<std::unique_ptr<Communicator>> comms_;
 };
 
-std::vector<int32_t> int_data(uint32_t rank, size_t n, uint64_t salt)
-{
+std::vector<int32_t> int_data(uint32_t rank, size_t n, uint64_t salt) {
     std::mt19937_64 rng(salt * 1000003 + rank);
     std::vector<int32_t> v(n);
     for (auto &x : v)
@@ -157,8 +149,7 @@ std::vector<int32_t> int_data(uint32_t rank, size_t n, uint64_t salt)
 
 // Blocks of 64 elements share a random magnitude in 2^[-30, 30]; some
 // blocks are all zero, some ranks' blocks are negative-only.
-std::vector<float> float_data(uint32_t rank, size_t n, uint64_t salt)
-{
+std::vector<float> float_data(uint32_t rank, size_t n, uint64_t salt) {
     std::mt19937_64 rng(salt * 7919 + rank);
     std::uniform_real_distribution<double> u(-1.0, 1.0);
     std::vector<float> v(n);
@@ -175,8 +166,7 @@ std::vector<float> float_data(uint32_t rank, size_t n, uint64_t salt)
 
 // Runs one collective on every rank and checks every rank's result.
 void check_allreduce(Cluster &cl, DType dtype, ReduceOp op, size_t count, uint64_t salt,
-                     bool in_place)
-{
+                     bool in_place) {
     uint32_t n = cl.opts().ranks;
     uint32_t per = cl.comm(0).config().effective_elems_per_packet();
     SCOPED_TRACE(testing::Message() << to_string(dtype) << " " << to_string(op) << " count "
@@ -195,7 +185,8 @@ void check_allreduce(Cluster &cl, DType dtype, ReduceOp op, size_t count, uint64
         });
         for (size_t i = 0; i < count; ++i) {
             uint32_t sum = 0;
-            int32_t mx = std::numeric_limits<int32_t>::min(), mn = std::numeric_limits<int32_t>::max();
+            int32_t mx = std::numeric_limits<int32_t>::min(),
+                    mn = std::numeric_limits<int32_t>::max();
             for (uint32_t r = 0; r < n; ++r) {
                 sum += uint32_t(in[r][i]);
                 mx = std::max(mx, in[r][i]);
@@ -232,14 +223,12 @@ void check_allreduce(Cluster &cl, DType dtype, ReduceOp op, size_t count, uint64
             double bound = quant::result_bound(agreed, n, op, want);
             for (uint32_t r = 0; r < n; ++r)
                 ASSERT_LE(std::fabs(double(out[r][i]) - want), bound)
-                    << "rank " << r << " element " << i << " got " << out[r][i] << " want "
-                    << want;
+                    << "rank " << r << " element " << i << " got " << out[r][i] << " want " << want;
         }
     }
 }
 
-void run_matrix(Cluster &cl, bool sum_only)
-{
+void run_matrix(Cluster &cl, bool sum_only) {
     uint64_t salt = 1;
     for (DType dtype : {DType::Int32, DType::Float32})
         for (ReduceOp op : kOps) {
@@ -254,8 +243,7 @@ void run_matrix(Cluster &cl, bool sum_only)
         }
 }
 
-CommStats total_over_ranks(Cluster &cl)
-{
+CommStats total_over_ranks(Cluster &cl) {
     CommStats t;
     for (uint32_t r = 0; r < cl.opts().ranks; ++r)
         t += cl.comm(r).total_stats();
@@ -264,8 +252,7 @@ CommStats total_over_ranks(Cluster &cl)
 
 } // namespace
 
-TEST(CommunicatorE2E, NativeLossless)
-{
+TEST(CommunicatorE2E, NativeLossless) {
     Cluster cl({});
     run_matrix(cl, false);
     CommStats t = total_over_ranks(cl);
@@ -275,8 +262,7 @@ TEST(CommunicatorE2E, NativeLossless)
     EXPECT_EQ(cl.sw().counters().malformed, 0u);
 }
 
-TEST(CommunicatorE2E, NativeLossyDuplicatedLate)
-{
+TEST(CommunicatorE2E, NativeLossyDuplicatedLate) {
     ClusterOptions o;
     o.drop = 0.05;
     o.dup = 0.02;
@@ -292,8 +278,7 @@ TEST(CommunicatorE2E, NativeLossyDuplicatedLate)
     RecordProperty("retransmissions", int(t.retransmissions));
 }
 
-TEST(CommunicatorE2E, SwitchmlLossy256)
-{
+TEST(CommunicatorE2E, SwitchmlLossy256) {
     ClusterOptions o;
     o.wire = Wire::SwitchML;
     o.drop = 0.05;
@@ -303,8 +288,7 @@ TEST(CommunicatorE2E, SwitchmlLossy256)
     EXPECT_GT(total_over_ranks(cl).retransmissions, 0u);
 }
 
-TEST(CommunicatorE2E, SwitchmlLossy64)
-{
+TEST(CommunicatorE2E, SwitchmlLossy64) {
     ClusterOptions o;
     o.wire = Wire::SwitchML;
     o.elems = 64;
@@ -315,8 +299,7 @@ TEST(CommunicatorE2E, SwitchmlLossy64)
     run_matrix(cl, true);
 }
 
-TEST(CommunicatorE2E, SwitchmlRejectsMaxAndMin)
-{
+TEST(CommunicatorE2E, SwitchmlRejectsMaxAndMin) {
     ClusterOptions o;
     o.wire = Wire::SwitchML;
     Cluster cl(o);
@@ -325,8 +308,7 @@ TEST(CommunicatorE2E, SwitchmlRejectsMaxAndMin)
     EXPECT_THROW(cl.comm(0).allreduce(v, v, ReduceOp::Min), std::invalid_argument);
 }
 
-TEST(CommunicatorE2E, NextGenerationStartsCleanAfterCloseOrDestructor)
-{
+TEST(CommunicatorE2E, NextGenerationStartsCleanAfterCloseOrDestructor) {
     ClusterOptions o;
     o.drop = 0.03;
     Cluster cl(o);
@@ -343,8 +325,7 @@ TEST(CommunicatorE2E, NextGenerationStartsCleanAfterCloseOrDestructor)
     EXPECT_EQ(cl.sw().counters().mismatch, 0u);
 }
 
-TEST(CommunicatorE2E, BarrierAndStats)
-{
+TEST(CommunicatorE2E, BarrierAndStats) {
     Cluster cl({});
     cl.parallel_ok([](uint32_t, Communicator &c) { c.barrier(); });
     check_allreduce(cl, DType::Int32, ReduceOp::Sum, 10000, 9, false);
@@ -355,8 +336,7 @@ TEST(CommunicatorE2E, BarrierAndStats)
     EXPECT_GT(s.seconds, 0);
 }
 
-TEST(CommunicatorE2E, StallNamesRankJobSlotAndChunk)
-{
+TEST(CommunicatorE2E, StallNamesRankJobSlotAndChunk) {
     ClusterOptions o;
     o.deadline = std::chrono::milliseconds(300);
     Cluster cl(o);
@@ -381,14 +361,13 @@ TEST(CommunicatorE2E, StallNamesRankJobSlotAndChunk)
         EXPECT_NE(msgs[r].find("rank " + std::to_string(r) + " of 4"), std::string::npos)
             << msgs[r];
         EXPECT_NE(msgs[r].find("job 7"), std::string::npos) << msgs[r];
-        EXPECT_NE(msgs[r].find("slot 0 set 0 chunk 0"), std::string::npos) << msgs[r];
+        EXPECT_NE(msgs[r].find("slot 0 set 0, chunk 0"), std::string::npos) << msgs[r];
     }
     std::vector<int32_t> v(1);
     EXPECT_THROW(cl.comm(0).allreduce(v, v, ReduceOp::Sum), std::logic_error);
 }
 
-TEST(CommunicatorE2E, MaxRetriesGivesUp)
-{
+TEST(CommunicatorE2E, MaxRetriesGivesUp) {
     ClusterOptions o;
     o.ranks = 2;
     o.max_retries = 2;
@@ -398,14 +377,12 @@ TEST(CommunicatorE2E, MaxRetriesGivesUp)
         cl.comm(0).allreduce(v, v, ReduceOp::Sum); // rank 1 never joins
         FAIL() << "expected CommTimeout";
     } catch (const CommTimeout &e) {
-        EXPECT_NE(std::string(e.what()).find("gave up after 2 retransmissions"),
-                  std::string::npos)
+        EXPECT_NE(std::string(e.what()).find("gave up after 2 retransmissions"), std::string::npos)
             << e.what();
     }
 }
 
-TEST(CommunicatorE2E, RejectsNonFiniteFloatBeforeSending)
-{
+TEST(CommunicatorE2E, RejectsNonFiniteFloatBeforeSending) {
     ClusterOptions o;
     o.ranks = 1;
     Cluster cl(o);
@@ -415,8 +392,7 @@ TEST(CommunicatorE2E, RejectsNonFiniteFloatBeforeSending)
         cl.comm(0).allreduce(v, out, ReduceOp::Sum);
         FAIL() << "expected invalid_argument";
     } catch (const std::invalid_argument &e) {
-        EXPECT_NE(std::string(e.what()).find("element 2500 is NaN"), std::string::npos)
-            << e.what();
+        EXPECT_NE(std::string(e.what()).find("element 2500 is NaN"), std::string::npos) << e.what();
     }
     v[2500] = std::numeric_limits<float>::infinity();
     EXPECT_THROW(cl.comm(0).allreduce(v, out, ReduceOp::Max), std::invalid_argument);
@@ -427,8 +403,7 @@ TEST(CommunicatorE2E, RejectsNonFiniteFloatBeforeSending)
     EXPECT_FLOAT_EQ(out[2500], 2.0f);
 }
 
-TEST(CommunicatorE2E, RejectsBadArguments)
-{
+TEST(CommunicatorE2E, RejectsBadArguments) {
     ClusterOptions o;
     o.ranks = 1;
     Cluster cl(o);

@@ -12,16 +12,14 @@ using namespace incxdp::detail;
 
 namespace {
 
-std::vector<std::byte> bytes(std::initializer_list<int> v)
-{
+std::vector<std::byte> bytes(std::initializer_list<int> v) {
     std::vector<std::byte> out;
     for (int b : v)
         out.push_back(std::byte(b));
     return out;
 }
 
-StepHeader native_sample()
-{
+StepHeader native_sample() {
     StepHeader h;
     h.job = 0x01020304;
     h.round = 0x0A0B0C0D;
@@ -40,20 +38,18 @@ StepHeader native_sample()
 // magic, ver|type, op, dtype | job | round | chunk | rank, nworkers |
 // slot|set, nelems | exp, flags, reserved | tsi
 const std::vector<std::byte> kNativeData = bytes({
-    0x1C, 0x10, 0x01, 0x01, 0x01, 0x02, 0x03, 0x04, 0x0A, 0x0B, 0x0C, 0x0D,
-    0x11, 0x22, 0x33, 0x44, 0x00, 0x03, 0x00, 0x04, 0x80, 0x05, 0x00, 0x10,
-    0xFD, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x1C, 0x10, 0x01, 0x01, 0x01, 0x02, 0x03, 0x04, 0x0A, 0x0B, 0x0C, 0x0D, 0x11, 0x22, 0x33, 0x44,
+    0x00, 0x03, 0x00, 0x04, 0x80, 0x05, 0x00, 0x10, 0xFD, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
 });
 
-StepHeader switchml_sample()
-{
+StepHeader switchml_sample() {
     StepHeader h;
-    h.job = 0x107;         // job_number keeps the low byte
-    h.round = 0x1234;      // tag: round & 0xff ...
-    h.chunk = 0xABCDEF12;  // ... over chunk & 0xffffff
+    h.job = 0x107;        // job_number keeps the low byte
+    h.round = 0x1234;     // tag: round & 0xff ...
+    h.chunk = 0xABCDEF12; // ... over chunk & 0xffffff
     h.slot = 0x123;
     h.set = 1;
-    h.nelems = 256;        // size code 3
+    h.nelems = 256; // size code 3
     h.exp = 5;
     return h;
 }
@@ -65,15 +61,13 @@ const std::vector<std::byte> kSwitchmlUpdate =
 
 } // namespace
 
-TEST(Packet, NativeDataHeaderBytes)
-{
+TEST(Packet, NativeDataHeaderBytes) {
     std::vector<std::byte> out(32, std::byte(0xAA));
     encode_data(Wire::Native, native_sample(), out);
     EXPECT_EQ(out, kNativeData);
 }
 
-TEST(Packet, NativeResultHeaderBytes)
-{
+TEST(Packet, NativeResultHeaderBytes) {
     std::vector<std::byte> out(32);
     encode_result(Wire::Native, native_sample(), out);
     auto want = kNativeData;
@@ -81,8 +75,7 @@ TEST(Packet, NativeResultHeaderBytes)
     EXPECT_EQ(out, want);
 }
 
-TEST(Packet, NativeOpsAndDtypes)
-{
+TEST(Packet, NativeOpsAndDtypes) {
     std::vector<std::byte> out(32);
     StepHeader h = native_sample();
     h.op = ReduceOp::Sum;
@@ -98,8 +91,7 @@ TEST(Packet, NativeOpsAndDtypes)
     EXPECT_EQ(out[2], std::byte(0x02));
 }
 
-TEST(Packet, NativeResultDecode)
-{
+TEST(Packet, NativeResultDecode) {
     auto pkt = kNativeData;
     pkt[1] = std::byte(0x11);
     for (int b : {0x00, 0x00, 0x00, 0x07, 0xFF, 0xFF, 0xFF, 0xFE}) // 7, -2 ...
@@ -120,13 +112,12 @@ TEST(Packet, NativeResultDecode)
     EXPECT_EQ(load_be32(r->payload.data() + 4), -2);
 }
 
-TEST(Packet, NativeDecodeRejects)
-{
+TEST(Packet, NativeDecodeRejects) {
     auto pkt = kNativeData;
     pkt[1] = std::byte(0x11);
     pkt.resize(32 + 64);
     EXPECT_TRUE(decode_result(Wire::Native, pkt));
-    EXPECT_FALSE(decode_result(Wire::Native, std::span(pkt).first(31))); // short header
+    EXPECT_FALSE(decode_result(Wire::Native, std::span(pkt).first(31)));      // short header
     EXPECT_FALSE(decode_result(Wire::Native, std::span(pkt).first(32 + 60))); // short payload
     auto bad = pkt;
     bad[0] = std::byte(0x1D); // magic
@@ -143,8 +134,7 @@ TEST(Packet, NativeDecodeRejects)
     EXPECT_FALSE(decode_result(Wire::Native, bad));
 }
 
-TEST(Packet, NativeRoundTrip)
-{
+TEST(Packet, NativeRoundTrip) {
     std::vector<std::byte> out(32 + 16 * 4);
     StepHeader h = native_sample();
     encode_data(Wire::Native, h, out);
@@ -163,15 +153,13 @@ TEST(Packet, NativeRoundTrip)
     EXPECT_EQ(d->dtype, h.dtype);
 }
 
-TEST(Packet, SwitchmlUpdateHeaderBytes)
-{
+TEST(Packet, SwitchmlUpdateHeaderBytes) {
     std::vector<std::byte> out(10, std::byte(0xAA));
     encode_data(Wire::SwitchML, switchml_sample(), out);
     EXPECT_EQ(out, kSwitchmlUpdate);
 }
 
-TEST(Packet, SwitchmlResultHeaderBytes)
-{
+TEST(Packet, SwitchmlResultHeaderBytes) {
     std::vector<std::byte> out(10);
     encode_result(Wire::SwitchML, switchml_sample(), out);
     auto want = kSwitchmlUpdate;
@@ -179,8 +167,7 @@ TEST(Packet, SwitchmlResultHeaderBytes)
     EXPECT_EQ(out, want);
 }
 
-TEST(Packet, SwitchmlSizes)
-{
+TEST(Packet, SwitchmlSizes) {
     EXPECT_EQ(switchml_size_code(32), 0);
     EXPECT_EQ(switchml_size_code(64), 1);
     EXPECT_EQ(switchml_size_code(128), 2);
@@ -198,8 +185,7 @@ TEST(Packet, SwitchmlSizes)
     EXPECT_THROW(encode_data(Wire::SwitchML, h, out), std::invalid_argument);
 }
 
-TEST(Packet, SwitchmlResultDecode)
-{
+TEST(Packet, SwitchmlResultDecode) {
     auto pkt = kSwitchmlUpdate;
     pkt[0] = std::byte(0x11); // RESULT, size 1 = 64 elements
     pkt.resize(10 + 64 * 4);
@@ -220,14 +206,12 @@ TEST(Packet, SwitchmlResultDecode)
     EXPECT_FALSE(decode_result(Wire::SwitchML, pkt));
 }
 
-TEST(Packet, SwitchmlTag)
-{
+TEST(Packet, SwitchmlTag) {
     EXPECT_EQ(switchml_tag(0x1234, 0xABCDEF12), 0x34CDEF12u);
     EXPECT_EQ(switchml_tag(1, 0), 0x01000000u);
 }
 
-TEST(Packet, BigEndianPayload)
-{
+TEST(Packet, BigEndianPayload) {
     std::byte b[4];
     store_be32(b, int32_t(0x80000001));
     EXPECT_EQ(b[0], std::byte(0x80));

@@ -15,8 +15,7 @@
 using namespace incxdp;
 using namespace incxdp::quant;
 
-TEST(Quantize, BlockExponent)
-{
+TEST(Quantize, BlockExponent) {
     auto e = [](std::vector<float> v) { return int(block_exponent(v)); };
     EXPECT_EQ(e({}), -128);
     EXPECT_EQ(e({0.0f, -0.0f}), -128);
@@ -32,8 +31,7 @@ TEST(Quantize, BlockExponent)
     EXPECT_EQ(e({FLT_MIN}), -126);
 }
 
-TEST(Quantize, FirstNonFinite)
-{
+TEST(Quantize, FirstNonFinite) {
     std::vector<float> v{1, 2, 3};
     EXPECT_EQ(first_non_finite(v), 3u);
     v[1] = std::numeric_limits<float>::quiet_NaN();
@@ -43,8 +41,7 @@ TEST(Quantize, FirstNonFinite)
     EXPECT_EQ(first_non_finite(v), 2u);
 }
 
-TEST(Quantize, HeadroomBits)
-{
+TEST(Quantize, HeadroomBits) {
     EXPECT_EQ(headroom_bits(1, ReduceOp::Sum), 0);
     EXPECT_EQ(headroom_bits(2, ReduceOp::Sum), 1);
     EXPECT_EQ(headroom_bits(3, ReduceOp::Sum), 2);
@@ -55,8 +52,7 @@ TEST(Quantize, HeadroomBits)
     EXPECT_EQ(headroom_bits(32, ReduceOp::Min), 0);
 }
 
-TEST(Quantize, RoundsHalfToEvenAndClamps)
-{
+TEST(Quantize, RoundsHalfToEvenAndClamps) {
     EXPECT_EQ(quantize(2.5f, 1.0, 100), 2);
     EXPECT_EQ(quantize(3.5f, 1.0, 100), 4);
     EXPECT_EQ(quantize(-2.5f, 1.0, 100), -2);
@@ -74,8 +70,7 @@ struct BlockCase {
     ReduceOp op;
 };
 
-void check_block(const BlockCase &c, double *worst_ratio)
-{
+void check_block(const BlockCase &c, double *worst_ratio) {
     uint32_t n = uint32_t(c.data.size());
     size_t len = c.data[0].size();
     int8_t agreed = int8_t(kMinExpField);
@@ -87,12 +82,8 @@ void check_block(const BlockCase &c, double *worst_ratio)
     int32_t limit = quant_limit(L);
 
     for (size_t i = 0; i < len; ++i) {
-        int64_t wide = c.op == ReduceOp::Sum ? 0
-                       : c.op == ReduceOp::Max ? INT64_MIN
-                                               : INT64_MAX;
-        double exact = c.op == ReduceOp::Sum ? 0.0
-                       : c.op == ReduceOp::Max ? -INFINITY
-                                               : INFINITY;
+        int64_t wide = c.op == ReduceOp::Sum ? 0 : c.op == ReduceOp::Max ? INT64_MIN : INT64_MAX;
+        double exact = c.op == ReduceOp::Sum ? 0.0 : c.op == ReduceOp::Max ? -INFINITY : INFINITY;
         for (uint32_t w = 0; w < n; ++w) {
             float x = c.data[w][i];
             int32_t v = quantize(x, scale, limit);
@@ -128,16 +119,14 @@ void check_block(const BlockCase &c, double *worst_ratio)
     }
 }
 
-float random_value(std::mt19937_64 &rng, int exp)
-{
+float random_value(std::mt19937_64 &rng, int exp) {
     std::uniform_real_distribution<double> u(-1.0, 1.0);
     return float(std::ldexp(u(rng), exp));
 }
 
 } // namespace
 
-TEST(Quantize, PropertyRandomBlocksWithinBound)
-{
+TEST(Quantize, PropertyRandomBlocksWithinBound) {
     std::mt19937_64 rng(12345);
     double worst = 0;
     const uint32_t ns[] = {1, 2, 3, 4, 5, 7, 8, 16, 32};
@@ -149,9 +138,9 @@ TEST(Quantize, PropertyRandomBlocksWithinBound)
         // Magnitude class per worker: tiny (subnormal), huge, zero, ordinary.
         for (uint32_t w = 0; w < n; ++w) {
             int cls = int(rng() % 6);
-            int base = cls == 0 ? -149 + int(rng() % 20)   // subnormal range
+            int base = cls == 0   ? -149 + int(rng() % 20) // subnormal range
                        : cls == 1 ? 100 + int(rng() % 20)  // huge, sum of 32 < FLT_MAX
-                       : cls == 2 ? 0                       // zeros below
+                       : cls == 2 ? 0                      // zeros below
                                   : int(rng() % 120) - 60;
             std::vector<float> v(len);
             for (auto &x : v) {
@@ -168,8 +157,7 @@ TEST(Quantize, PropertyRandomBlocksWithinBound)
     EXPECT_LE(worst, 1.0);
 }
 
-TEST(Quantize, WorstCaseNoOverflowAtPowerOfTwoWorkers)
-{
+TEST(Quantize, WorstCaseNoOverflowAtPowerOfTwoWorkers) {
     // Every worker at the largest magnitude below 2^E with the same sign:
     // the clamp keeps the 2^L-way sum inside int32.
     for (uint32_t n : {1u, 2u, 4u, 8u, 32u}) {
@@ -184,18 +172,14 @@ TEST(Quantize, WorstCaseNoOverflowAtPowerOfTwoWorkers)
     }
 }
 
-TEST(Quantize, AllZeroAndMixedZeroBlocks)
-{
-    BlockCase zeros{std::vector<std::vector<float>>(4, std::vector<float>(5, 0.0f)),
-                    ReduceOp::Sum};
+TEST(Quantize, AllZeroAndMixedZeroBlocks) {
+    BlockCase zeros{std::vector<std::vector<float>>(4, std::vector<float>(5, 0.0f)), ReduceOp::Sum};
     check_block(zeros, nullptr);
-    BlockCase mixed{{{0, 0, 0}, {1e-30f, -2e-30f, 0}, {0, 0, 0}, {3.0f, 0, -1.0f}},
-                    ReduceOp::Max};
+    BlockCase mixed{{{0, 0, 0}, {1e-30f, -2e-30f, 0}, {0, 0, 0}, {3.0f, 0, -1.0f}}, ReduceOp::Max};
     check_block(mixed, nullptr);
 }
 
-TEST(Quantize, BoundIsRelativeToBlockMax)
-{
+TEST(Quantize, BoundIsRelativeToBlockMax) {
     // Unclamped: bound <= n^2 * M * 2^-29 with M the block's max magnitude.
     for (uint32_t n : {1u, 2u, 3u, 4u, 32u}) {
         for (int f = -120; f <= 127; f += 7) {

@@ -19,8 +19,7 @@
 namespace incxdp::test {
 namespace {
 
-sockaddr_in loopback(uint16_t port)
-{
+sockaddr_in loopback(uint16_t port) {
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
@@ -28,8 +27,7 @@ sockaddr_in loopback(uint16_t port)
     return a;
 }
 
-int bound_socket(uint16_t port, uint16_t &actual)
-{
+int bound_socket(uint16_t port, uint16_t &actual) {
     int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         throw std::system_error(errno, std::generic_category(), "ref switch: socket");
@@ -48,33 +46,32 @@ int bound_socket(uint16_t port, uint16_t &actual)
     return fd;
 }
 
-uint64_t splitmix64(uint64_t x)
-{
+uint64_t splitmix64(uint64_t x) {
     x += 0x9E3779B97F4A7C15ull;
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
     return x ^ (x >> 31);
 }
 
-int32_t be32_at(const uint8_t *p)
-{
+int32_t be32_at(const uint8_t *p) {
     uint32_t v;
     std::memcpy(&v, p, 4);
     return int32_t(ntohl(v));
 }
 
-void put_be32(uint8_t *p, int32_t v)
-{
+void put_be32(uint8_t *p, int32_t v) {
     uint32_t n = htonl(uint32_t(v));
     std::memcpy(p, &n, 4);
 }
 
-int32_t combine(uint8_t op, int32_t a, int32_t b)
-{
+int32_t combine(uint8_t op, int32_t a, int32_t b) {
     switch (op) {
-    case INCXDP_OP_MAX: return std::max(a, b);
-    case INCXDP_OP_MIN: return std::min(a, b);
-    default: return int32_t(uint32_t(a) + uint32_t(b)); // wrapping sum
+    case INCXDP_OP_MAX:
+        return std::max(a, b);
+    case INCXDP_OP_MIN:
+        return std::min(a, b);
+    default:
+        return int32_t(uint32_t(a) + uint32_t(b)); // wrapping sum
     }
 }
 
@@ -82,48 +79,41 @@ constexpr uint64_t kLateDelay = 64; // datagrams before a replayed copy goes out
 
 } // namespace
 
-uint16_t free_udp_port()
-{
+uint16_t free_udp_port() {
     uint16_t port = 0;
     ::close(bound_socket(0, port));
     return port;
 }
 
-RefSwitch::RefSwitch(RefSwitchConfig cfg) : cfg_(std::move(cfg)), slots_(cfg_.slots)
-{
+RefSwitch::RefSwitch(RefSwitchConfig cfg) : cfg_(std::move(cfg)), slots_(cfg_.slots) {
     fd_ = bound_socket(0, port_);
     thread_ = std::thread([this] { loop(); });
 }
 
-RefSwitch::~RefSwitch()
-{
+RefSwitch::~RefSwitch() {
     stop_ = true;
     thread_.join();
     ::close(fd_);
 }
 
-void RefSwitch::bump(uint64_t RefSwitchCounters::*field, uint64_t by)
-{
+void RefSwitch::bump(uint64_t RefSwitchCounters::*field, uint64_t by) {
     std::lock_guard lock(mu_);
     counters_.*field += by;
 }
 
-RefSwitchCounters RefSwitch::counters() const
-{
+RefSwitchCounters RefSwitch::counters() const {
     std::lock_guard lock(mu_);
     return counters_;
 }
 
-bool RefSwitch::chance(double p)
-{
+bool RefSwitch::chance(double p) {
     if (p <= 0)
         return false;
     uint64_t r = splitmix64(cfg_.seed * 0x1000193ull + draws_++);
     return double(r >> 11) * 0x1.0p-53 < p;
 }
 
-void RefSwitch::loop()
-{
+void RefSwitch::loop() {
     std::vector<uint8_t> buf(65536);
     while (!stop_) {
         pollfd p{fd_, POLLIN, 0};
@@ -131,8 +121,8 @@ void RefSwitch::loop()
             continue;
         sockaddr_in src{};
         socklen_t slen = sizeof(src);
-        ssize_t n = ::recvfrom(fd_, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr *>(&src),
-                               &slen);
+        ssize_t n =
+            ::recvfrom(fd_, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr *>(&src), &slen);
         if (n < 0)
             continue;
         on_datagram(buf.data(), size_t(n), ntohs(src.sin_port));
@@ -151,8 +141,7 @@ void RefSwitch::loop()
     }
 }
 
-void RefSwitch::on_datagram(const uint8_t *p, size_t len, uint16_t src_port)
-{
+void RefSwitch::on_datagram(const uint8_t *p, size_t len, uint16_t src_port) {
     ++received_;
     bump(&RefSwitchCounters::rx);
     auto it = std::find(cfg_.worker_ports.begin(), cfg_.worker_ports.end(), src_port);
@@ -171,8 +160,7 @@ void RefSwitch::on_datagram(const uint8_t *p, size_t len, uint16_t src_port)
         on_switchml(p, len, rank);
 }
 
-void RefSwitch::on_native(const uint8_t *p, size_t len, uint32_t rank)
-{
+void RefSwitch::on_native(const uint8_t *p, size_t len, uint32_t rank) {
     incxdp_hdr h;
     uint32_t n = uint32_t(cfg_.worker_ports.size());
     if (len < sizeof(h)) {
@@ -207,8 +195,8 @@ void RefSwitch::on_native(const uint8_t *p, size_t len, uint32_t rank)
         }
         return;
     }
-    if (set.remaining != 0 && (set.round != round || set.chunk != chunk ||
-                               set.nelems != nelems || set.op != h.op)) {
+    if (set.remaining != 0 &&
+        (set.round != round || set.chunk != chunk || set.nelems != nelems || set.op != h.op)) {
         bump(&RefSwitchCounters::mismatch);
         return;
     }
@@ -245,8 +233,7 @@ void RefSwitch::on_native(const uint8_t *p, size_t len, uint32_t rank)
     multicast(set.result);
 }
 
-void RefSwitch::on_switchml(const uint8_t *p, size_t len, uint32_t rank)
-{
+void RefSwitch::on_switchml(const uint8_t *p, size_t len, uint32_t rank) {
     switchml_hdr h;
     uint32_t n = uint32_t(cfg_.worker_ports.size());
     if (len < sizeof(h)) {
@@ -315,8 +302,7 @@ void RefSwitch::on_switchml(const uint8_t *p, size_t len, uint32_t rank)
     multicast(set.result);
 }
 
-void RefSwitch::send_copy(const std::vector<uint8_t> &pkt, uint16_t port)
-{
+void RefSwitch::send_copy(const std::vector<uint8_t> &pkt, uint16_t port) {
     if (chance(cfg_.drop)) {
         bump(&RefSwitchCounters::lost);
         return;
@@ -330,8 +316,7 @@ void RefSwitch::send_copy(const std::vector<uint8_t> &pkt, uint16_t port)
         late_.push_back({received_ + kLateDelay, port, pkt});
 }
 
-void RefSwitch::multicast(const std::vector<uint8_t> &pkt)
-{
+void RefSwitch::multicast(const std::vector<uint8_t> &pkt) {
     for (uint16_t port : cfg_.worker_ports)
         send_copy(pkt, port);
 }

@@ -21,9 +21,9 @@ struct RefSwitchConfig {
     uint32_t job = 7;
     uint32_t slots = 16;                // pool size; slot index must be below
     std::vector<uint16_t> worker_ports; // 127.0.0.1:port -> rank (index)
-    double drop = 0;  // probability to lose a datagram (ingress and each result copy)
-    double dup = 0;   // probability to send a result copy twice
-    double late = 0;  // probability to replay a result copy ~64 datagrams later
+    double drop = 0; // probability to lose a datagram (ingress and each result copy)
+    double dup = 0;  // probability to send a result copy twice
+    double late = 0; // probability to replay a result copy ~64 datagrams later
     uint64_t seed = 1;
 };
 
@@ -34,7 +34,7 @@ struct RefSwitchCounters {
 
 /// Runs the switch on its own thread from construction to destruction.
 class RefSwitch {
-public:
+  public:
     explicit RefSwitch(RefSwitchConfig cfg);
     ~RefSwitch();
     RefSwitch(const RefSwitch &) = delete;
@@ -43,7 +43,7 @@ public:
     uint16_t port() const { return port_; }
     RefSwitchCounters counters() const;
 
-private:
+  private:
     struct Set {
         uint32_t bitmap = 0, remaining = 0, round = 0, chunk = 0;
         uint8_t op = 0, size = 0;

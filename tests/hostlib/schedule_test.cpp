@@ -11,8 +11,7 @@
 using namespace incxdp;
 using namespace incxdp::detail;
 
-TEST(Schedule, Int32Layout)
-{
+TEST(Schedule, Int32Layout) {
     auto s = Schedule::make(10 * 832 + 5, 832, 4, false);
     EXPECT_EQ(s.chunks, 11u);
     EXPECT_EQ(s.lanes, 4u);
@@ -31,8 +30,7 @@ TEST(Schedule, Int32Layout)
     EXPECT_EQ(s.uses_of_lane(3), 2u);
 }
 
-TEST(Schedule, SmallCallsUseFewerSlots)
-{
+TEST(Schedule, SmallCallsUseFewerSlots) {
     auto s = Schedule::make(1, 832, 64, false);
     EXPECT_EQ(s.chunks, 1u);
     EXPECT_EQ(s.lanes, 1u);
@@ -45,8 +43,7 @@ TEST(Schedule, SmallCallsUseFewerSlots)
     EXPECT_EQ(z.steps, 0u);
 }
 
-TEST(Schedule, FloatWarmupAnnouncesEachLanesNextChunk)
-{
+TEST(Schedule, FloatWarmupAnnouncesEachLanesNextChunk) {
     auto s = Schedule::make(20 * 256, 256, 8, true);
     ASSERT_EQ(s.warmup, 8u);
     for (uint64_t j = 0; j < s.warmup; ++j) {
@@ -68,8 +65,7 @@ TEST(Schedule, FloatWarmupAnnouncesEachLanesNextChunk)
     }
 }
 
-TEST(Schedule, WireElems)
-{
+TEST(Schedule, WireElems) {
     EXPECT_EQ(wire_elems(Wire::Native, 1, 832), 16u);
     EXPECT_EQ(wire_elems(Wire::Native, 15, 832), 16u);
     EXPECT_EQ(wire_elems(Wire::Native, 16, 832), 16u);
@@ -82,8 +78,7 @@ TEST(Schedule, WireElems)
 // Property: over a sequence of calls of random sizes and kinds, every use of
 // a slot flips its set (what the switch's shadow sets require), chunks tile
 // the buffer exactly, and each lane's steps are in order.
-TEST(Schedule, PropertySetsAlternateAcrossCalls)
-{
+TEST(Schedule, PropertySetsAlternateAcrossCalls) {
     std::mt19937_64 rng(7);
     const uint32_t window = 16;
     std::vector<uint8_t> next_set(window, 0); // what the Communicator keeps

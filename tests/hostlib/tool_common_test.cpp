@@ -7,8 +7,7 @@
 using namespace incxdp;
 using namespace incxdp::tools;
 
-TEST(ToolCommon, ParseSize)
-{
+TEST(ToolCommon, ParseSize) {
     EXPECT_EQ(parse_size("4096"), 4096u);
     EXPECT_EQ(parse_size("4K"), 4096u);
     EXPECT_EQ(parse_size("4k"), 4096u);
@@ -24,15 +23,13 @@ TEST(ToolCommon, ParseSize)
     EXPECT_EQ(parse_size_list("4K,1M"), (std::vector<uint64_t>{4096, 1u << 20}));
 }
 
-TEST(ToolCommon, FormatSize)
-{
+TEST(ToolCommon, FormatSize) {
     EXPECT_EQ(format_size(4096), "4 KiB");
     EXPECT_EQ(format_size(64u << 20), "64 MiB");
     EXPECT_EQ(format_size(1000), "1000 B");
 }
 
-TEST(ToolCommon, DataIsDeterministicAndRankDependent)
-{
+TEST(ToolCommon, DataIsDeterministicAndRankDependent) {
     EXPECT_EQ(gen_int32(1, 0, 5), gen_int32(1, 0, 5));
     EXPECT_NE(gen_int32(1, 0, 5), gen_int32(1, 1, 5));
     EXPECT_NE(gen_int32(2, 0, 5), gen_int32(1, 0, 5));
@@ -43,8 +40,7 @@ TEST(ToolCommon, DataIsDeterministicAndRankDependent)
     }
 }
 
-TEST(ToolCommon, VerifyInt32DetectsWrongElement)
-{
+TEST(ToolCommon, VerifyInt32DetectsWrongElement) {
     const uint32_t world = 3;
     std::vector<int32_t> sum(100);
     for (size_t i = 0; i < sum.size(); ++i) {
@@ -61,8 +57,7 @@ TEST(ToolCommon, VerifyInt32DetectsWrongElement)
     EXPECT_EQ(v.first_bad, 42u);
 }
 
-TEST(ToolCommon, VerifyFloat32AcceptsExactAndRejectsFar)
-{
+TEST(ToolCommon, VerifyFloat32AcceptsExactAndRejectsFar) {
     const uint32_t world = 4;
     std::vector<float> sum(1000);
     for (size_t i = 0; i < sum.size(); ++i) {

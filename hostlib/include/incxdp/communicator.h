@@ -32,15 +32,15 @@ namespace incxdp {
 /// the same world_size, job, window, elems_per_packet and wire.
 struct CommConfig {
     uint32_t rank = 0;
-    uint32_t world_size = 1;          ///< workers in the job, <= 32
-    uint32_t job = 0;                 ///< job id installed on the switch
-    std::string switch_ip;            ///< switch service address
-    uint16_t switch_port = 0;         ///< 0 = wire default: 0xBEF0 native, 0xBEE0 SwitchML
-    std::string local_ip;             ///< this worker's address (bound)
-    uint16_t local_port = 0;          ///< this worker's UDP port (the switch's worker table)
-    uint32_t window = 64;             ///< slots in flight, <= the job's slot pool
-    uint32_t elems_per_packet = 0;    ///< 0 = wire default: 832 native, 256 SwitchML (capped by mtu)
-    uint32_t mtu = 0;                 ///< IP MTU of the worker's link; 0 = unknown, not checked
+    uint32_t world_size = 1;       ///< workers in the job, <= 32
+    uint32_t job = 0;              ///< job id installed on the switch
+    std::string switch_ip;         ///< switch service address
+    uint16_t switch_port = 0;      ///< 0 = wire default: 0xBEF0 native, 0xBEE0 SwitchML
+    std::string local_ip;          ///< this worker's address (bound)
+    uint16_t local_port = 0;       ///< this worker's UDP port (the switch's worker table)
+    uint32_t window = 64;          ///< slots in flight, <= the job's slot pool
+    uint32_t elems_per_packet = 0; ///< 0 = wire default: 832 native, 256 SwitchML (capped by mtu)
+    uint32_t mtu = 0;              ///< IP MTU of the worker's link; 0 = unknown, not checked
     Wire wire = Wire::Native;
     std::chrono::milliseconds timeout{20};      ///< first retransmission timeout
     std::chrono::milliseconds max_timeout{200}; ///< backoff doubles up to this
@@ -65,8 +65,8 @@ struct CommConfig {
 
 /// Counters of one allreduce call (or, from total_stats(), of all calls).
 struct CommStats {
-    uint64_t packets_sent = 0;    ///< datagrams handed to the transport, retransmissions included
-    uint64_t bytes_sent = 0;      ///< UDP payload bytes
+    uint64_t packets_sent = 0; ///< datagrams handed to the transport, retransmissions included
+    uint64_t bytes_sent = 0;   ///< UDP payload bytes
     uint64_t packets_received = 0;
     uint64_t bytes_received = 0;
     uint64_t results = 0;         ///< results accepted (one per step)
@@ -84,15 +84,13 @@ struct CommStats {
 struct CommTimeout : std::runtime_error {
     CommTimeout(const std::string &what, uint32_t rank_, uint32_t job_, uint32_t slot_,
                 uint64_t chunk_)
-        : std::runtime_error(what), rank(rank_), job(job_), slot(slot_), chunk(chunk_)
-    {
-    }
+        : std::runtime_error(what), rank(rank_), job(job_), slot(slot_), chunk(chunk_) {}
     uint32_t rank, job, slot;
     uint64_t chunk;
 };
 
 class Communicator {
-public:
+  public:
     /// Bind a UDP transport to local_ip:local_port. Throws std::invalid_argument
     /// for a bad config, std::system_error when the socket cannot be set up.
     explicit Communicator(CommConfig cfg);
@@ -130,7 +128,7 @@ public:
     const CommStats &total_stats() const;
     const CommConfig &config() const;
 
-private:
+  private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

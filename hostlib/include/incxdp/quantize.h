@@ -46,14 +46,12 @@ size_t first_non_finite(std::span<const float> v);
 int headroom_bits(uint32_t nworkers, ReduceOp op);
 
 /// Scale shift k = 31 - (field + 1) - headroom: workers send x * 2^k.
-inline int scale_shift(int8_t exp_field, int headroom)
-{
+inline int scale_shift(int8_t exp_field, int headroom) {
     return 31 - (int(exp_field) + 1) - headroom;
 }
 
 /// Largest magnitude a worker may send: 2^(31 - headroom) - 1.
-inline int32_t quant_limit(int headroom)
-{
+inline int32_t quant_limit(int headroom) {
     return int32_t((int64_t(1) << (31 - headroom)) - 1);
 }
 
@@ -61,8 +59,7 @@ inline int32_t quant_limit(int headroom)
 /// [-limit, limit]. Adding and subtracting 1.5 * 2^52 rounds a double of
 /// magnitude < 2^51 to an integer in the current (default: to-nearest-even)
 /// rounding mode without a libm call, so the loop vectorises.
-inline int32_t quantize(float x, double scale, int32_t limit)
-{
+inline int32_t quantize(float x, double scale, int32_t limit) {
     constexpr double kRound = 6755399441055744.0; // 1.5 * 2^52
     double y = double(x) * scale;
     double r = (y + kRound) - kRound;
@@ -74,14 +71,12 @@ inline int32_t quantize(float x, double scale, int32_t limit)
 }
 
 /// Inverse scale: float(v * 2^-k), one rounding.
-inline float dequantize(int32_t v, double inv_scale)
-{
+inline float dequantize(int32_t v, double inv_scale) {
     return float(double(v) * inv_scale);
 }
 
 /// 2^k as a double (k within [-1022, 1023]).
-inline double pow2(int k)
-{
+inline double pow2(int k) {
     return std::ldexp(1.0, k);
 }
 

@@ -14,7 +14,7 @@ namespace incxdp {
 
 /// A bidirectional datagram channel to one switch. Not thread-safe.
 class Transport {
-public:
+  public:
     virtual ~Transport() = default;
 
     /// Hand datagrams to the kernel without blocking; returns how many were
