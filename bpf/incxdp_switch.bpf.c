@@ -176,7 +176,6 @@ int incxdp_ingress(struct xdp_md *ctx)
 	struct frame f = {};
 	enum l4_kind kind;
 
-	stat_inc(INCXDP_STAT_RX);
 	cursor_init(&c, ctx);
 	f.end = c.end;
 	kind = classify(&c, &f);

@@ -30,6 +30,7 @@ void add_stats_command(CLI::App &app)
         if (args->flags.json) {
             std::cout << nlohmann::json(stats).dump(2) << "\n";
         } else {
+            fmt::print("{:<16} {:>14}\n", "rx", stats["rx"]);
             for (uint32_t i = 0; i < INCXDP_STAT_MAX; i++) {
                 const char *name = ctl::stat_name(static_cast<incxdp_stat>(i));
                 fmt::print("{:<16} {:>14}\n", name, stats[name]);

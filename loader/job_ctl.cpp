@@ -210,7 +210,6 @@ void job_add(const JobSpec &job, const std::string &pin_dir)
     };
     try {
         zero_slots(m, base, job.slots);
-        uint32_t mask = 0;
         for (size_t i = 0; i < job.workers.size(); i++) {
             const WorkerSpec &w = job.workers[i];
             incxdp_egress_key ek{job.id, ports[i].ifindex};
@@ -230,14 +229,12 @@ void job_add(const JobSpec &job, const std::string &pin_dir)
             if (bpf_map_update_elem(m.workers.get(), &wk, &wv, BPF_NOEXIST) != 0)
                 throw CtlError(errno_msg(fmt::format("job {}: cannot add worker rank {}", job.id, w.rank), errno));
             added_workers.push_back(wk);
-            mask |= 1u << w.rank;
         }
         incxdp_job jv{};
         jv.active = 1;
         jv.nworkers = static_cast<uint32_t>(job.workers.size());
         jv.pool_base = base;
         jv.pool_size = job.slots;
-        jv.worker_mask = mask;
         jv.max_elems = job.max_elems;
         jv.switch_ip = job.switch_ip;
         jv.switch_port = htons(job.switch_port);

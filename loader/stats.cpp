@@ -4,19 +4,21 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
-#include <array>
+#include <iterator>
 #include <cerrno>
 #include <vector>
 
 namespace incxdp::ctl {
 
 namespace {
-constexpr std::array<const char *, INCXDP_STAT_MAX> kNames = {
-    "rx",            "pass",          "malformed",    "unknown_sender", "bad_job",
-    "bad_slot",      "mismatch",      "consumed",     "completed",      "retx_unicast",
-    "retx_drop",     "stale",         "redirect_fail", "egress_tx",     "egress_drop",
+// A plain array, so that a counter added to maps.h without a name here
+// fails the size check below.
+constexpr const char *kNames[] = {
+    "pass",      "malformed",    "unknown_sender", "bad_job",       "bad_slot",
+    "mismatch",  "consumed",     "completed",      "retx_unicast",  "retx_drop",
+    "stale",     "redirect_fail", "egress_tx",     "egress_drop",
 };
-static_assert(kNames.size() == INCXDP_STAT_MAX, "a counter without a name");
+static_assert(std::size(kNames) == INCXDP_STAT_MAX, "every counter in maps.h needs a name here");
 } // namespace
 
 const char *stat_name(enum incxdp_stat s)
@@ -39,6 +41,8 @@ std::map<std::string, uint64_t> read_stats(const std::string &pin_dir)
         for (uint64_t v : per_cpu)
             sum += v;
         out[kNames[i]] = sum;
+        if (i < INCXDP_STAT_INGRESS_VERDICTS)
+            out["rx"] += sum; // every ingress frame gets exactly one verdict
     }
     return out;
 }

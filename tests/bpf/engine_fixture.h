@@ -73,7 +73,6 @@ class EngineTest : public ::testing::Test {
         j.nworkers = nworkers;
         j.pool_base = kPoolBase;
         j.pool_size = kPoolSize;
-        j.worker_mask = (nworkers >= 32) ? ~0u : (1u << nworkers) - 1;
         j.max_elems = max_elems;
         j.switch_ip = htonl(kSwitchIp);
         j.switch_port = htons(INCXDP_UDP_PORT);

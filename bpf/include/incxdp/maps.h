@@ -52,7 +52,6 @@ struct incxdp_job {
 	__u32 nworkers;
 	__u32 pool_base;   /* first entry of the job's range in incxdp_slots */
 	__u32 pool_size;   /* slots in the range; window slot must be below */
-	__u32 worker_mask; /* bit r set for every registered rank r */
 	__u32 max_elems;   /* per packet, <= INCXDP_MAX_ELEMS */
 	__be32 switch_ip;  /* source address of results */
 	__be16 switch_port; /* source UDP port of results */
@@ -100,10 +99,12 @@ struct incxdp_slot {
 	__s32 vals[2][INCXDP_MAX_ELEMS]; /* host byte order */
 };
 
-/* incxdp_stats: per-CPU counters, index = enum incxdp_stat. */
+/* incxdp_stats: per-CPU counters, index = enum incxdp_stat. Every frame the
+ * ingress program sees ends in exactly one of the counters before
+ * INCXDP_STAT_INGRESS_VERDICTS, so the control plane derives "rx" as their sum
+ * instead of paying a second counter update per packet. */
 enum incxdp_stat {
-	INCXDP_STAT_RX = 0,            /* every frame the ingress program saw */
-	INCXDP_STAT_PASS,              /* not aggregation traffic: to the stack */
+	INCXDP_STAT_PASS = 0,          /* not aggregation traffic: to the stack */
 	INCXDP_STAT_MALFORMED,         /* ours by port, but truncated/invalid: dropped */
 	INCXDP_STAT_UNKNOWN_SENDER,    /* not a registered worker: dropped */
 	INCXDP_STAT_BAD_JOB,           /* job inactive or header disagrees with job: dropped */
@@ -114,7 +115,8 @@ enum incxdp_stat {
 	INCXDP_STAT_RETX_UNICAST,      /* retransmission to a complete set: result unicast */
 	INCXDP_STAT_RETX_DROP,         /* retransmission to an incomplete set: dropped */
 	INCXDP_STAT_STALE,             /* retransmission naming an older chunk: dropped */
-	INCXDP_STAT_REDIRECT_FAIL,     /* multicast redirect refused */
+	INCXDP_STAT_INGRESS_VERDICTS,  /* (how many ingress verdicts there are) */
+	INCXDP_STAT_REDIRECT_FAIL = INCXDP_STAT_INGRESS_VERDICTS, /* completed, but the multicast redirect was refused */
 	INCXDP_STAT_EGRESS_TX,         /* multicast copy rewritten and sent */
 	INCXDP_STAT_EGRESS_DROP,       /* multicast copy for a port outside the group */
 	INCXDP_STAT_MAX,
