@@ -13,6 +13,7 @@ struct RunSpec {
     std::string op = "sum";
     std::string wire = "native";
     int iters = 1;
+    bool reset = true; // `incxdp job reset` before the run
 };
 
 std::string describe(const RunSpec &s)
@@ -24,7 +25,8 @@ class StarAllreduce : public StarTopology {
   protected:
     void allreduce(const RunSpec &s)
     {
-        reset_job();
+        if (s.reset)
+            reset_job();
         auto res = on_all_workers([&](int r) {
             return std::vector<std::string>{INCXDP_WORKER, "--topo", star_file(), "--job", "1", "--rank",
                                             std::to_string(r), "--size", s.size, "--dtype", s.dtype, "--op", s.op,
@@ -68,6 +70,19 @@ TEST_F(StarAllreduce, SwitchmlWireFromHostlib)
 TEST_F(StarAllreduce, SeveralCollectivesInOneRun)
 {
     allreduce({"256K", "int32", "sum", "native", 5});
+}
+
+// Workers that close their communicators leave the slots as a fresh run
+// expects them: runs follow each other without `incxdp job reset`, with
+// sizes whose chunk counts leave slots used an odd number of times.
+TEST_F(StarAllreduce, ConsecutiveRunsWithoutReset)
+{
+    allreduce({"300K", "int32"});
+    for (const char *size : {"3332", "100000", "300K"}) {
+        RunSpec s{size, "float32"};
+        s.reset = false;
+        allreduce(s);
+    }
 }
 
 // A SwitchML client written from the wire spec alone, not with hostlib: the
