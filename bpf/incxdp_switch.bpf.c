@@ -214,7 +214,9 @@ int incxdp_egress_rewrite(struct xdp_md *ctx)
 	f.ip->id = 0;
 	f.ip->ttl = 64;
 	ipv4_csum_update(f.ip);
-	f.udp->source = rw->src_port;
+	/* From the port the workers address, as the unicast reply does:
+	 * a client with a connect()ed socket only accepts that one. */
+	f.udp->source = f.udp->dest;
 	f.udp->dest = rw->dst_port;
 	f.udp->check = 0;
 	stat_inc(INCXDP_STAT_EGRESS_TX);

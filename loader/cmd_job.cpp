@@ -22,7 +22,6 @@ struct JobArgs {
     uint32_t id = 0;
     std::vector<std::string> workers;
     std::string switch_ip;
-    uint16_t switch_port = INCXDP_UDP_PORT;
     uint32_t slots = 0;
     uint32_t max_elems = INCXDP_MAX_ELEMS;
 };
@@ -62,7 +61,6 @@ ctl::JobSpec spec_from_args(const JobArgs &a, CLI::App *cmd)
             throw Error(fmt::format("job add: --switch-ip '{}' is not an IPv4 address", a.switch_ip));
         job.switch_ip = addr.s_addr;
     }
-    job.switch_port = a.switch_port;
     if (a.slots)
         job.slots = a.slots;
     job.max_elems = a.max_elems;
@@ -116,7 +114,6 @@ void add_job_command(CLI::App &app)
         ->check(CLI::ExistingFile);
     add->add_option("-w,--worker", args->workers, "RANK=MAC/IP:PORT@IFACE (repeatable)");
     add->add_option("--switch-ip", args->switch_ip, "address workers send to; source of results");
-    add->add_option("--switch-port", args->switch_port, "source UDP port of results")->capture_default_str();
     add->add_option("--slots", args->slots, "slot pool size (default: topology's, else 256)");
     add->add_option("--max-elems", args->max_elems, "largest payload in int32 elements")->capture_default_str();
     add->add_option("--pin-dir", args->pin_dir, "bpffs directory for the maps")->capture_default_str();

@@ -219,7 +219,6 @@ void job_add(const JobSpec &job, const std::string &pin_dir)
             ev.dst_ip = w.ip;
             ev.src_ip = job.switch_ip;
             ev.dst_port = htons(w.port);
-            ev.src_port = htons(job.switch_port);
             if (bpf_map_update_elem(m.egress.get(), &ek, &ev, BPF_NOEXIST) != 0)
                 throw CtlError(errno_msg(fmt::format("job {}: cannot add the rewrite for {}", job.id, w.iface), errno));
             added_egress.push_back(ek);
@@ -237,7 +236,6 @@ void job_add(const JobSpec &job, const std::string &pin_dir)
         jv.pool_size = job.slots;
         jv.max_elems = job.max_elems;
         jv.switch_ip = job.switch_ip;
-        jv.switch_port = htons(job.switch_port);
         if (bpf_map_update_elem(m.jobs.get(), &job.id, &jv, BPF_ANY) != 0)
             throw CtlError(errno_msg(fmt::format("cannot install job {}", job.id), errno));
     } catch (...) {
@@ -276,7 +274,7 @@ std::vector<JobInfo> job_list(const std::string &pin_dir)
         info.pool_base = j.pool_base;
         info.pool_size = j.pool_size;
         info.max_elems = j.max_elems;
-        info.switch_addr = fmt::format("{}:{}", ip_to_string(j.switch_ip), ntohs(j.switch_port));
+        info.switch_addr = ip_to_string(j.switch_ip);
         info.workers = workers[id];
         for (auto &w : info.workers)
             if (auto it = port_of.find({id, w.ip}); it != port_of.end())

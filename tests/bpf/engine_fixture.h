@@ -75,7 +75,6 @@ class EngineTest : public ::testing::Test {
         j.pool_size = kPoolSize;
         j.max_elems = max_elems;
         j.switch_ip = htonl(kSwitchIp);
-        j.switch_port = htons(INCXDP_UDP_PORT);
         uint32_t id = kJob;
         ASSERT_EQ(bpf_map_update_elem(map_fd(skel_->maps.incxdp_jobs), &id, &j, BPF_ANY), 0);
         for (uint16_t r = 0; r < nworkers; r++)

@@ -58,6 +58,9 @@ def main():
     swaddr = (sw[0], int(sw[1]))
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind((lip, int(lport)))
+    # Connected: the kernel drops datagrams from any other address or port,
+    # so results must come from exactly the port the worker sends to.
+    s.connect(swaddr)
     s.settimeout(0.005)
 
     W = min(a.window, a.chunks)
@@ -70,7 +73,7 @@ def main():
 
     def send(slot, chunk):
         p = packet(0, a.size, 1, chunk, slot, shadow[slot], 0, 0, chunk_values(a.rank, chunk, n))
-        s.sendto(p, swaddr)
+        s.send(p)
         inflight[slot] = (chunk, shadow[slot], p, time.time())
 
     # Slot s carries chunks s, s+W, s+2W, ...: every worker must put the
@@ -83,7 +86,7 @@ def main():
             print("rank %d: timeout, %d of %d chunks done" % (a.rank, done, a.chunks))
             return 1
         try:
-            data, src = s.recvfrom(4096)
+            data = s.recv(4096)
         except socket.timeout:
             data = None
         now = time.time()
@@ -114,7 +117,7 @@ def main():
                 send(slot, chunk + W)
         for slot, (chunk, sh, p, t) in list(inflight.items()):
             if now - t > a.timeout:
-                s.sendto(p, swaddr)
+                s.send(p)
                 inflight[slot] = (chunk, sh, p, now)
                 retx += 1
     print("rank %d: %d chunks of %d elements OK, %d retransmissions" % (a.rank, a.chunks, n, retx))

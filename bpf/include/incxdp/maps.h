@@ -54,8 +54,6 @@ struct incxdp_job {
 	__u32 pool_size;   /* slots in the range; window slot must be below */
 	__u32 max_elems;   /* per packet, <= INCXDP_MAX_ELEMS */
 	__be32 switch_ip;  /* source address of results */
-	__be16 switch_port; /* source UDP port of results */
-	__u16 pad;
 };
 
 /* incxdp_egress: per-copy rewrite of a multicast result. Key: job and the
@@ -72,7 +70,7 @@ struct incxdp_egress {
 	__be32 dst_ip;
 	__be32 src_ip;
 	__be16 dst_port;
-	__be16 src_port;
+	__u16 pad; /* results leave from the UDP port the workers address */
 };
 
 /* One aggregation slot, both shadow sets. The lock guards every field;

@@ -74,7 +74,6 @@ struct JobSpec {
     uint32_t id = 0;
     std::vector<WorkerSpec> workers; // ranks 0..n-1, each exactly once
     uint32_t switch_ip = 0;          // network byte order
-    uint16_t switch_port = 0xBEF0;   // host byte order; source port of results
     uint32_t slots = 256;            // pool size
     uint32_t max_elems = INCXDP_MAX_ELEMS;
 };
@@ -90,7 +89,7 @@ struct JobInfo {
     uint32_t pool_base = 0;
     uint32_t pool_size = 0;
     uint32_t max_elems = 0;
-    std::string switch_addr; // ip:port
+    std::string switch_addr; // ip
     std::vector<WorkerSpec> workers;
 };
 
