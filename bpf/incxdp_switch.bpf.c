@@ -100,7 +100,8 @@ static __always_inline int multicast_result(struct frame *f, __u32 job)
 	return XDP_REDIRECT;
 }
 
-static __always_inline int aggregate(struct cursor *c, struct frame *f, enum l4_kind kind)
+static __always_inline int aggregate(struct xdp_md *ctx, struct cursor *c, struct frame *f,
+				     enum l4_kind kind)
 {
 	struct contrib k = {};
 	struct incxdp_worker *w;
@@ -116,6 +117,10 @@ static __always_inline int aggregate(struct cursor *c, struct frame *f, enum l4_
 	w = lookup_sender(f);
 	if (!w) {
 		stat_inc(INCXDP_STAT_UNKNOWN_SENDER);
+		return XDP_DROP;
+	}
+	if (w->ifindex != ctx->ingress_ifindex) {
+		stat_inc(INCXDP_STAT_WRONG_PORT);
 		return XDP_DROP;
 	}
 	if (k.wire == INCXDP_WIRE_SWITCHML) {
@@ -183,7 +188,7 @@ int incxdp_ingress(struct xdp_md *ctx)
 		stat_inc(INCXDP_STAT_PASS);
 		return XDP_PASS;
 	}
-	return aggregate(&c, &f, kind);
+	return aggregate(ctx, &c, &f, kind);
 }
 
 /* Runs once per broadcast copy, on the devmap entry of the egress port. */

@@ -224,7 +224,7 @@ void job_add(const JobSpec &job, const std::string &pin_dir)
             added_egress.push_back(ek);
 
             incxdp_worker_key wk = worker_key(w);
-            incxdp_worker wv{job.id, w.rank, 0};
+            incxdp_worker wv{job.id, w.rank, 0, ports[i].ifindex};
             if (bpf_map_update_elem(m.workers.get(), &wk, &wv, BPF_NOEXIST) != 0)
                 throw CtlError(errno_msg(fmt::format("job {}: cannot add worker rank {}", job.id, w.rank), errno));
             added_workers.push_back(wk);
@@ -258,14 +258,8 @@ std::vector<JobInfo> job_list(const std::string &pin_dir)
         std::memcpy(w.mac.data(), k.mac, 6);
         w.ip = k.ip;
         w.port = ntohs(k.port);
+        w.iface = ifname_of(v.ifindex);
         workers[v.job].push_back(w);
-    }
-    // The port each worker is reached through, from the rewrite table.
-    std::map<std::pair<uint32_t, uint32_t>, uint32_t> port_of; // (job, dst ip) -> ifindex
-    for (const auto &k : map_keys<incxdp_egress_key>(m.egress.get())) {
-        incxdp_egress ev{};
-        if (bpf_map_lookup_elem(m.egress.get(), &k, &ev) == 0)
-            port_of[{k.job, ev.dst_ip}] = k.ifindex;
     }
     for (const auto &[id, j] : active_jobs(m)) {
         JobInfo info;
@@ -276,9 +270,6 @@ std::vector<JobInfo> job_list(const std::string &pin_dir)
         info.max_elems = j.max_elems;
         info.switch_addr = ip_to_string(j.switch_ip);
         info.workers = workers[id];
-        for (auto &w : info.workers)
-            if (auto it = port_of.find({id, w.ip}); it != port_of.end())
-                w.iface = ifname_of(it->second);
         std::sort(info.workers.begin(), info.workers.end(),
                   [](const WorkerSpec &a, const WorkerSpec &b) { return a.rank < b.rank; });
         out.push_back(std::move(info));

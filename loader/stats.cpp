@@ -14,7 +14,7 @@ namespace {
 // A plain array, so that a counter added to maps.h without a name here
 // fails the size check below.
 constexpr const char *kNames[] = {
-    "pass",      "malformed",    "unknown_sender", "bad_job",       "bad_slot",
+    "pass",      "malformed",    "unknown_sender", "wrong_port",    "bad_job",       "bad_slot",
     "mismatch",  "consumed",     "completed",      "retx_unicast",  "retx_drop",
     "stale",     "redirect_fail", "egress_tx",     "egress_drop",
 };

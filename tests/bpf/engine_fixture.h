@@ -81,13 +81,16 @@ class EngineTest : public ::testing::Test {
             register_worker(worker_ep(r), kJob, r);
     }
 
-    void register_worker(const Endpoint &ep, uint32_t job, uint16_t rank)
+    // bpf_prog_test_run without a context runs on the loopback device.
+    static constexpr uint32_t kTestIfindex = 1;
+
+    void register_worker(const Endpoint &ep, uint32_t job, uint16_t rank, uint32_t ifindex = kTestIfindex)
     {
         incxdp_worker_key k{};
         std::memcpy(k.mac, ep.mac.data(), 6);
         k.ip = htonl(ep.ip);
         k.port = htons(ep.port);
-        incxdp_worker v{job, rank, 0};
+        incxdp_worker v{job, rank, 0, ifindex};
         ASSERT_EQ(bpf_map_update_elem(map_fd(skel_->maps.incxdp_workers), &k, &v, BPF_ANY), 0);
     }
 

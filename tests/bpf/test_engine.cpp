@@ -144,6 +144,17 @@ TEST_F(EngineTest, UnknownSenderNeverTouchesSlots)
     EXPECT_EQ(slot(0).set[0].remaining, 0u);
 }
 
+TEST_F(EngineTest, RegisteredAddressesOnAnotherPortAreAForgery)
+{
+    install_job(2);
+    register_worker(worker_ep(1), kJob, 1, /*another port*/ 4242);
+    EXPECT_EQ(run(switchml(0, 0, ramp(64, 1))).verdict, XDP_DROP);
+    EXPECT_EQ(run(switchml(1, 0, ramp(64, 1))).verdict, XDP_DROP);
+    EXPECT_EQ(stat(INCXDP_STAT_WRONG_PORT), 1u);
+    EXPECT_EQ(stat(INCXDP_STAT_CONSUMED), 1u);
+    EXPECT_EQ(slot(0).set[0].bitmap, 0x1u) << "the forged rank 1 must not count";
+}
+
 TEST_F(EngineTest, OtherTrafficPasses)
 {
     install_job(2);

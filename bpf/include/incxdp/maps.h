@@ -33,7 +33,9 @@ enum incxdp_wire {
 };
 
 /* incxdp_workers: who may contribute. Key: the sender's addresses as seen
- * in the frame (network byte order), value: its job and rank. */
+ * in the frame (network byte order), value: its job, rank and the switch
+ * port it sits behind; a frame with the right addresses arriving on another
+ * port is a forgery. */
 struct incxdp_worker_key {
 	__u8 mac[6];
 	__be16 port;
@@ -44,6 +46,7 @@ struct incxdp_worker {
 	__u32 job;
 	__u16 rank;
 	__u16 pad;
+	__u32 ifindex; /* the switch port the worker is reached through */
 };
 
 /* incxdp_jobs (array indexed by job id): what the controller installed. */
@@ -105,6 +108,7 @@ enum incxdp_stat {
 	INCXDP_STAT_PASS = 0,          /* not aggregation traffic: to the stack */
 	INCXDP_STAT_MALFORMED,         /* ours by port, but truncated/invalid: dropped */
 	INCXDP_STAT_UNKNOWN_SENDER,    /* not a registered worker: dropped */
+	INCXDP_STAT_WRONG_PORT,        /* a worker's addresses on another port: dropped */
 	INCXDP_STAT_BAD_JOB,           /* job inactive or header disagrees with job: dropped */
 	INCXDP_STAT_BAD_SLOT,          /* slot outside the job's pool or too many elems: dropped */
 	INCXDP_STAT_MISMATCH,          /* chunk/op/size differs from the set in progress: dropped */
