@@ -206,9 +206,15 @@ void load(const LoadOptions &opts)
         DemoteLibbpfWarnings quiet;
         int err = xdp_program__attach(prog.get(), static_cast<int>(ifindexes[i]), mode, 0);
         if (err) {
-            std::string hint = err == -EEXIST || err == -EBUSY
-                                   ? " (another XDP program is attached; detach it or use a multi-program capable setup)"
-                                   : "";
+            std::string hint;
+            if (err == -EEXIST || err == -EBUSY)
+                hint = " (another XDP program is attached; detach it or use a multi-program capable setup)";
+            else if (!fresh && i == 0)
+                // The first attach loads the object, reusing the pinned maps:
+                // pins left by an incompatible incxdp version fail here.
+                hint = fmt::format(" (the maps pinned in {} may come from another incxdp version: "
+                                   "'incxdp unload' removes them)",
+                                   opts.pin_dir);
             throw CtlError(errno_msg(fmt::format("cannot attach {} to {} in {} mode", kIngressProg,
                                                  opts.ifaces[i], mode == XDP_MODE_NATIVE ? "native" : "skb"),
                                      err) + hint);
