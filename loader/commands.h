@@ -28,5 +28,6 @@ void add_load_commands(CLI::App &app);  // load, unload, status
 void add_job_command(CLI::App &app);    // job add|del|list
 void add_stats_command(CLI::App &app);  // stats
 void add_topo_command(CLI::App &app);   // topo up|down|status
+void add_chaos_command(CLI::App &app);  // chaos (fault injection)
 
 } // namespace incxdp::cli

@@ -3,6 +3,12 @@
 # namespaces, the engine loaded on the switch's ports, job 1 installed, and
 # one process per worker namespace. Everything created is removed on exit,
 # Ctrl-C included. The caller sets PREFIX and `say`, then calls star_up.
+#
+# Faults (docs/CHAOS.md): STAR_CHAOS="--loss 5% --dup 1%" applies
+# `incxdp chaos --all-links` with those flags after bring-up (both
+# directions of every link). If STAR_CHAOS is unset it is built from
+# LOSS, DUP and CORRUPT (e.g. LOSS=5% DUP=1%), which scripts/demo and
+# scripts/bench document.
 
 TOPO=topo/topologies/star.yaml
 JOB=1
@@ -11,6 +17,13 @@ export BUILD_DIR=${BUILD_DIR:-build}
 IX=$BUILD_DIR/loader/incxdp
 WORKER=$BUILD_DIR/hostlib/incxdp-worker
 BENCH=$BUILD_DIR/hostlib/incxdp-bench
+
+if [[ -z ${STAR_CHAOS:-} ]]; then
+  STAR_CHAOS=
+  [[ -z ${LOSS:-} ]] || STAR_CHAOS+=" --loss $LOSS"
+  [[ -z ${DUP:-} ]] || STAR_CHAOS+=" --dup $DUP"
+  [[ -z ${CORRUPT:-} ]] || STAR_CHAOS+=" --corrupt $CORRUPT"
+fi
 
 star_require_root() {
   if [[ $EUID -ne 0 ]]; then
@@ -31,6 +44,12 @@ logdir=
 pids=()
 topo_up=0
 engine_loaded=0
+chaos_on=0
+
+# incxdp chaos on every link of the topology, extra flags appended.
+star_chaos() {
+  "$IX" chaos --topo "$TOPO" --prefix "$PREFIX" --all-links "$@"
+}
 
 star_cleanup() {
   local rc=$?
@@ -40,6 +59,10 @@ star_cleanup() {
     kill "$p" 2>/dev/null || true
   done
   wait 2>/dev/null || true
+  # The injectors' pins outlive the namespaces: remove them first.
+  if ((chaos_on)) && [[ -e /var/run/netns/${PREFIX}sw ]]; then
+    star_chaos --off >/dev/null || say "warning: incxdp chaos --off failed" >&2
+  fi
   # Unload inside the switch namespace (the ports' ifindexes live there)
   # before the namespace and its ports go away; this also removes the pins.
   if ((engine_loaded)) && [[ -e /var/run/netns/${PREFIX}sw ]]; then
@@ -68,10 +91,30 @@ star_up() {
   topo_up=1 # set first: a failed `up` has removed its own namespaces, down is a no-op
   "$IX" topo up "$TOPO" --prefix "$PREFIX"
 
+  # The engine's pins in a directory of this prefix, not the shared default:
+  # cleanup's `unload` works on whatever engine the pin directory holds, and
+  # would otherwise take down another run's engine (its ports and pins) when
+  # our own load failed because that run was using the default.
+  export INCXDP_PIN_DIR=${INCXDP_PIN_DIR:-/sys/fs/bpf/incxdp-${PREFIX%-}}
   say "loading the engine on sw's ports and installing job $JOB"
   engine_loaded=1
   in_ns sw "$IX" load --iface p-w0 --iface p-w1 --iface p-w2 --iface p-w3
   in_ns sw "$IX" job add --topo "$TOPO" --job "$JOB"
+
+  if [[ -n $STAR_CHAOS ]]; then
+    say "faults on both directions of every link:$STAR_CHAOS"
+    chaos_on=1
+    # Unquoted on purpose: STAR_CHAOS holds several flags.
+    # shellcheck disable=SC2086
+    star_chaos $STAR_CHAOS >/dev/null
+  fi
+}
+
+# star_chaos_report: the injectors' counters, if faults are on.
+star_chaos_report() {
+  ((chaos_on)) || return 0
+  say "fault injector counters (incxdp chaos):"
+  star_chaos || true
 }
 
 # star_start_workers BIN ARGS...: BIN --topo --job --rank R ARGS in every

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
+/*
+ * The loss injector's contract: the layouts of the maps incxdp_chaos.bpf.c
+ * shares with `incxdp chaos` (loader/chaos_ctl.cpp) and the tests. The only
+ * copy.
+ *
+ * Every attachment (interface x hook) is its own program instance with its
+ * own two maps, pinned by name under
+ *   INCXDP_CHAOS_PIN_DIR/<netns inode>-<ifname>/<egress|ingress>/
+ * because interfaces in different namespaces share names and ifindexes.
+ */
+#ifndef INCXDP_CHAOS_H
+#define INCXDP_CHAOS_H
+
+#include <linux/types.h>
+#include "compiler.h"
+
+#define INCXDP_CHAOS_PIN_DIR "/sys/fs/bpf/incxdp-chaos"
+
+/* Map names; also the pinned file names. */
+#define INCXDP_CHAOS_MAP_CONFIG "chaos_config"
+#define INCXDP_CHAOS_MAP_STATS "chaos_stats"
+
+/* Probabilities are parts per million: 5% = 50000. */
+#define INCXDP_CHAOS_PPM 1000000u
+
+/*
+ * A duplicate is a clone re-sent through the same hook, so the program sees
+ * it a second time. The clone carries this skb->mark; the program clears it
+ * and lets the clone through untouched and uncounted (it was counted as
+ * `duplicated` on the original), so a duplicate is never duplicated again.
+ */
+#define INCXDP_CHAOS_CLONE_MARK 0x1c4a0d0bu
+
+/* tc filter identity of our attachments (clsact, direct action). Fixed, so
+ * a later process finds and detaches exactly our filter and no other. */
+#define INCXDP_CHAOS_TC_HANDLE 0x1c4a
+#define INCXDP_CHAOS_TC_PRIORITY 0xc4a0
+
+/* chaos_config (array, one entry): what the control plane changes at run
+ * time, one map update, no reload. */
+struct incxdp_chaos_config {
+	__u32 enabled;     /* 0: every frame passes untouched (still counted) */
+	__u32 loss_ppm;    /* frame dropped (egress: TC_ACT_STOLEN, ingress: TC_ACT_SHOT) */
+	__u32 dup_ppm;     /* a clone sent right after through the same hook */
+	__u32 corrupt_ppm; /* one random bit of the UDP payload flipped */
+};
+
+/* chaos_stats (per-CPU array): index = enum incxdp_chaos_stat.
+ * seen = dropped + passed; duplicated and corrupted count among passed. */
+enum incxdp_chaos_stat {
+	INCXDP_CHAOS_SEEN = 0,    /* frames through the hook (our clones excluded) */
+	INCXDP_CHAOS_DROPPED,     /* lost on purpose */
+	INCXDP_CHAOS_PASSED,      /* let through (possibly corrupted/duplicated) */
+	INCXDP_CHAOS_DUPLICATED,  /* passed, plus one clone sent */
+	INCXDP_CHAOS_CORRUPTED,   /* passed with one payload bit flipped */
+	INCXDP_CHAOS_DUP_FAILED,  /* chosen for duplication, clone refused by the kernel */
+	INCXDP_CHAOS_STAT_MAX,
+};
+
+INCXDP_STATIC_ASSERT(sizeof(struct incxdp_chaos_config) == 16, "chaos config layout");
+
+#endif
