@@ -29,6 +29,8 @@ void print_status(const ctl::Status &st, bool json)
         nlohmann::json j;
         j["loaded"] = st.loaded;
         j["pin_dir"] = st.pin_dir;
+        j["netns"] = st.netns;
+        j["other_netns"] = st.other_netns;
         j["slots_total"] = st.slots_total;
         j["slots_used"] = st.slots_used;
         j["jobs"] = st.jobs;
@@ -43,7 +45,8 @@ void print_status(const ctl::Status &st, bool json)
         fmt::print("incxdp is not loaded (no pins in {})\n", st.pin_dir);
         return;
     }
-    fmt::print("incxdp loaded, maps in {}\n", st.pin_dir);
+    fmt::print("incxdp loaded in {}{}, maps in {}\n", st.netns, st.other_netns ? " (not this namespace)" : "",
+               st.pin_dir);
     fmt::print("slots: {} used of {}, jobs: {}\n", st.slots_used, st.slots_total, st.jobs);
     fmt::print("{:<16} {:>8} {:<20} {:>8}\n", "PORT", "IFINDEX", "MODE", "PROG");
     for (const auto &p : st.ports)

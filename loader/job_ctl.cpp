@@ -125,11 +125,16 @@ WorkerSpec parse_worker_spec(const std::string &s)
         throw CtlError(fmt::format("malformed worker '{}': expected RANK=MAC/IP:PORT@IFACE, "
                                    "e.g. 0=02:00:00:00:00:01/10.0.0.1:4000@p-w0", s));
     WorkerSpec w;
-    unsigned long rank = std::stoul(mt[1]), port = std::stoul(mt[4]);
+    // Digits only (the regex), but possibly too many for any integer type.
+    auto number = [](const std::string &digits) -> unsigned long {
+        return digits.size() > 9 ? ~0ul : std::stoul(digits);
+    };
+    unsigned long rank = number(mt[1]), port = number(mt[4]);
     if (rank >= INCXDP_MAX_WORKERS)
-        throw CtlError(fmt::format("worker '{}': rank {} out of range (0..{})", s, rank, INCXDP_MAX_WORKERS - 1));
+        throw CtlError(fmt::format("worker '{}': rank {} out of range (0..{})", s, std::string(mt[1]),
+                                   INCXDP_MAX_WORKERS - 1));
     if (port == 0 || port > 65535)
-        throw CtlError(fmt::format("worker '{}': UDP port {} out of range", s, port));
+        throw CtlError(fmt::format("worker '{}': UDP port {} out of range", s, std::string(mt[4])));
     w.rank = static_cast<uint16_t>(rank);
     try {
         w.mac = topo::mac_from_string(mt[2]);
@@ -167,6 +172,7 @@ void job_add(const JobSpec &job, const std::string &pin_dir)
 {
     validate(job);
     PinnedMaps m = PinnedMaps::open(pin_dir);
+    m.require_same_netns(fmt::format("add job {}", job.id));
 
     incxdp_job existing{};
     if (bpf_map_lookup_elem(m.jobs.get(), &job.id, &existing) == 0 && existing.active)
@@ -249,6 +255,7 @@ std::vector<JobInfo> job_list(const std::string &pin_dir)
     PinnedMaps m = PinnedMaps::open(pin_dir);
     std::vector<JobInfo> out;
     std::map<uint32_t, std::vector<WorkerSpec>> workers;
+    const bool same_netns = m.loaded_in() == NetnsId::current();
     for (const auto &k : map_keys<incxdp_worker_key>(m.workers.get())) {
         incxdp_worker v{};
         if (bpf_map_lookup_elem(m.workers.get(), &k, &v) != 0)
@@ -258,7 +265,7 @@ std::vector<JobInfo> job_list(const std::string &pin_dir)
         std::memcpy(w.mac.data(), k.mac, 6);
         w.ip = k.ip;
         w.port = ntohs(k.port);
-        w.iface = ifname_of(v.ifindex);
+        w.iface = same_netns ? ifname_of(v.ifindex) : fmt::format("ifindex {}", v.ifindex);
         workers[v.job].push_back(w);
     }
     for (const auto &[id, j] : active_jobs(m)) {
@@ -280,6 +287,7 @@ std::vector<JobInfo> job_list(const std::string &pin_dir)
 void job_reset(uint32_t id, const std::string &pin_dir)
 {
     PinnedMaps m = PinnedMaps::open(pin_dir);
+    m.require_same_netns(fmt::format("reset job {}", id));
     incxdp_job j{};
     if (id >= INCXDP_MAX_JOBS || bpf_map_lookup_elem(m.jobs.get(), &id, &j) != 0 || !j.active)
         throw CtlError(fmt::format("no job {}", id));
@@ -289,6 +297,7 @@ void job_reset(uint32_t id, const std::string &pin_dir)
 void job_del(uint32_t id, const std::string &pin_dir)
 {
     PinnedMaps m = PinnedMaps::open(pin_dir);
+    m.require_same_netns(fmt::format("delete job {}", id));
     incxdp_job j{};
     if (id >= INCXDP_MAX_JOBS || bpf_map_lookup_elem(m.jobs.get(), &id, &j) != 0 || !j.active)
         throw CtlError(fmt::format("no job {}", id));

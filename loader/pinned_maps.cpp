@@ -9,6 +9,7 @@
 #include <linux/magic.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
 
@@ -96,7 +97,40 @@ PinnedMaps PinnedMaps::open(const std::string &dir)
     m.egress = open_pin(dir, INCXDP_MAP_EGRESS);
     m.ports = open_pin(dir, INCXDP_MAP_PORTS);
     m.stats = open_pin(dir, INCXDP_MAP_STATS);
+    m.info = open_pin(dir, INCXDP_MAP_INFO);
     return m;
+}
+
+NetnsId NetnsId::current()
+{
+    struct stat st {};
+    if (::stat("/proc/self/ns/net", &st) != 0)
+        throw CtlError(errno_msg("cannot identify this network namespace (/proc/self/ns/net)", errno));
+    return {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+}
+
+std::string NetnsId::str() const
+{
+    return fmt::format("net:[{}]", ino);
+}
+
+NetnsId PinnedMaps::loaded_in() const
+{
+    uint32_t key = 0;
+    incxdp_info v{};
+    if (bpf_map_lookup_elem(info.get(), &key, &v) != 0)
+        throw CtlError(errno_msg("cannot read map " INCXDP_MAP_INFO, errno));
+    return {v.netns_dev, v.netns_ino};
+}
+
+void PinnedMaps::require_same_netns(const std::string &action) const
+{
+    NetnsId here = NetnsId::current(), there = loaded_in();
+    if (here != there)
+        throw CtlError(fmt::format("cannot {}: the incxdp engine pinned in {} was loaded in network namespace {}, "
+                                   "this is {}; run the command there (nsenter --net=/var/run/netns/NAME) "
+                                   "or give another --pin-dir",
+                                   action, dir, there.str(), here.str()));
 }
 
 uint32_t PinnedMaps::slot_entries() const

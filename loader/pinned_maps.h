@@ -30,15 +30,28 @@ class Fd {
     int fd_ = -1;
 };
 
+// The network namespace of this process, as "net:[inode]" identifies it.
+struct NetnsId {
+    uint64_t dev = 0, ino = 0;
+    static NetnsId current();
+    bool operator==(const NetnsId &) const = default;
+    std::string str() const;
+};
+
 struct PinnedMaps {
     std::string dir;
-    Fd slots, jobs, workers, egress, ports, stats;
+    Fd slots, jobs, workers, egress, ports, stats, info;
 
     // Throws CtlError("incxdp is not loaded ...") if the pins are missing.
     static PinnedMaps open(const std::string &dir);
     // True if the directory holds incxdp's pins.
     static bool present(const std::string &dir);
     uint32_t slot_entries() const;
+    // Where the engine was loaded (incxdp_info).
+    NetnsId loaded_in() const;
+    // Throws CtlError naming both namespaces unless this process is in the
+    // one the engine was loaded in: its ports' ifindexes mean nothing here.
+    void require_same_netns(const std::string &action) const;
 };
 
 // Every key of a map, collected first: deleting while walking with

@@ -139,8 +139,8 @@ std::vector<uint32_t> loaded_ports(int ports_fd)
 
 void remove_pins(const std::string &dir)
 {
-    for (const char *name : {INCXDP_MAP_SLOTS, INCXDP_MAP_JOBS, INCXDP_MAP_WORKERS,
-                             INCXDP_MAP_EGRESS, INCXDP_MAP_PORTS, INCXDP_MAP_STATS})
+    for (const char *name : {INCXDP_MAP_SLOTS, INCXDP_MAP_JOBS, INCXDP_MAP_WORKERS, INCXDP_MAP_EGRESS,
+                             INCXDP_MAP_PORTS, INCXDP_MAP_STATS, INCXDP_MAP_INFO})
         ::unlink(map_pin_path(dir, name).c_str());
     ::rmdir(dir.c_str());
 }
@@ -165,6 +165,7 @@ void load(const LoadOptions &opts)
     if (!fresh) {
         // Loading more ports next to a running engine: share its maps.
         PinnedMaps m = PinnedMaps::open(opts.pin_dir);
+        m.require_same_netns(fmt::format("load incxdp on {}", opts.ifaces.front()));
         auto ports = loaded_ports(m.ports.get());
         for (size_t i = 0; i < ifindexes.size(); i++)
             if (std::find(ports.begin(), ports.end(), ifindexes[i]) != ports.end())
@@ -227,6 +228,17 @@ void load(const LoadOptions &opts)
         });
     }
 
+    if (fresh) {
+        incxdp_info info{};
+        NetnsId here = NetnsId::current();
+        info.netns_dev = here.dev;
+        info.netns_ino = here.ino;
+        info.native_port = opts.native_port;
+        uint32_t key = 0;
+        if (bpf_map_update_elem(bpf_map__fd(skel->maps.incxdp_info), &key, &info, BPF_ANY) != 0)
+            throw CtlError(errno_msg("cannot write map " INCXDP_MAP_INFO, errno));
+    }
+
     // Ports join the multicast devmap with the rewrite program as their
     // egress program; the ingress program broadcasts results into it.
     int ports_fd = bpf_map__fd(skel->maps.incxdp_ports);
@@ -245,6 +257,7 @@ void load(const LoadOptions &opts)
 void unload(const std::vector<std::string> &ifaces, const std::string &pin_dir)
 {
     PinnedMaps m = PinnedMaps::open(pin_dir);
+    m.require_same_netns("unload");
     auto ports = loaded_ports(m.ports.get());
     std::vector<uint32_t> targets;
     if (ifaces.empty()) {
@@ -274,12 +287,14 @@ Status status(const std::string &pin_dir)
         return st;
     PinnedMaps m = PinnedMaps::open(pin_dir);
     st.loaded = true;
+    st.netns = m.loaded_in().str();
+    st.other_netns = m.loaded_in() != NetnsId::current();
     for (uint32_t ifx : loaded_ports(m.ports.get())) {
         PortStatus p;
         p.ifindex = ifx;
-        p.iface = ifname_of(ifx);
-        p.mode = "detached";
-        if (MultiprogPtr mp = multiprog_of(ifx)) {
+        p.iface = st.other_netns ? "" : ifname_of(ifx);
+        p.mode = st.other_netns ? "in " + st.netns : "detached";
+        if (MultiprogPtr mp = st.other_netns ? nullptr : multiprog_of(ifx)) {
             if (const xdp_program *ours = find_ours(mp.get())) {
                 p.mode = mode_name(mp.get());
                 p.prog_id = xdp_program__id(ours);

@@ -54,6 +54,14 @@ struct {
 } incxdp_ports SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct incxdp_info);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} incxdp_info SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, INCXDP_STAT_MAX);
 	__type(key, __u32);

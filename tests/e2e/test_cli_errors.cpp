@@ -103,6 +103,27 @@ TEST_F(CliErrors, MalformedTopologyFiles)
     EXPECT_EQ(state(), before);
 }
 
+// The pins say which namespace the engine lives in; from any other one the
+// port ifindexes mean other interfaces, so nothing may change it from there.
+TEST_F(CliErrors, AnotherNamespaceCannotChangeTheEngine)
+{
+    auto before = state();
+    auto from_w0 = [&](std::vector<std::string> args) {
+        std::vector<std::string> argv = {INCXDP_CLI};
+        argv.insert(argv.end(), args.begin(), args.end());
+        argv.push_back("--pin-dir");
+        argv.push_back(pin_dir_);
+        return in_node("w0", argv);
+    };
+    for (auto args : std::vector<std::vector<std::string>>{
+             {"unload"}, {"load", "--iface", "eth0"}, {"job", "reset", "1"}, {"job", "del", "1"}})
+        expect_error(from_w0(args), "was loaded in network namespace net:[");
+    auto st = from_w0({"status"});
+    EXPECT_EQ(st.status, 0) << st.err;
+    EXPECT_NE(st.out.find("(not this namespace)"), std::string::npos) << st.out;
+    EXPECT_EQ(state(), before);
+}
+
 TEST_F(CliErrors, CommandsOnAnUnloadedSwitchSaySo)
 {
     const std::string nowhere = pin_dir_ + "-nothing";

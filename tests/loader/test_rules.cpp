@@ -83,6 +83,8 @@ TEST(WorkerSpec, RejectsMalformedInputWithTheReason)
         {"0=02:aa:bb:cc:dd:0e/10.0.0.1:70000@p", "out of range"},
         {"32=02:aa:bb:cc:dd:0e/10.0.0.1:4000@p", "rank 32 out of range"},
         {"0=02:aa:bb:cc:dd:zz/10.0.0.1:4000@p", "expected RANK=MAC/IP:PORT@IFACE"},
+        {"99999999999999999999999=02:aa:bb:cc:dd:0e/10.0.0.1:4000@p", "out of range"},
+        {"0=02:aa:bb:cc:dd:0e/10.0.0.1:99999999999999999999999@p", "UDP port 99999999999999999999999 out of range"},
     };
     for (const auto &c : cases) {
         try {

@@ -26,10 +26,22 @@
 #define INCXDP_MAP_EGRESS "incxdp_egress"
 #define INCXDP_MAP_PORTS "incxdp_ports"
 #define INCXDP_MAP_STATS "incxdp_stats"
+#define INCXDP_MAP_INFO "incxdp_info"
 
 enum incxdp_wire {
 	INCXDP_WIRE_NATIVE = 0,
 	INCXDP_WIRE_SWITCHML = 1,
+};
+
+/* incxdp_info (one entry, written by the loader, never read by BPF): the
+ * network namespace the engine was loaded in. Port ifindexes only mean
+ * something there, so the control plane refuses to change the engine from
+ * another namespace. */
+struct incxdp_info {
+	__u64 netns_dev; /* stat() of /proc/self/ns/net */
+	__u64 netns_ino;
+	__u32 native_port;
+	__u32 pad;
 };
 
 /* incxdp_workers: who may contribute. Key: the sender's addresses as seen

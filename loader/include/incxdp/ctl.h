@@ -52,6 +52,8 @@ struct PortStatus {
 struct Status {
     bool loaded = false;
     std::string pin_dir;
+    std::string netns;        // where the engine was loaded, "net:[inode]"
+    bool other_netns = false; // not this process's: port names unknown here
     std::vector<PortStatus> ports;
     uint32_t slots_total = 0;
     uint32_t slots_used = 0;
