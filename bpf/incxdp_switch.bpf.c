@@ -51,6 +51,21 @@ static __always_inline enum l4_kind classify(struct cursor *c, struct frame *f)
 	return L4_OTHER;
 }
 
+/*
+ * The datagram's own length fields must hold what we aggregate: bytes past
+ * the UDP length (Ethernet padding, leftovers) are not the sender's data,
+ * and the result goes out with the request's lengths.
+ */
+static __always_inline int lengths_cover(const struct frame *f, const struct contrib *k)
+{
+	__u32 tot = bpf_ntohs(f->ip->tot_len), ulen = bpf_ntohs(f->udp->len);
+	__u64 in_frame = (__u64)(f->end - (void *)f->ip);
+	__u64 need = (__u64)((void *)k->payload - (void *)f->udp) + (__u64)k->nelems * 4;
+
+	return tot >= sizeof(struct iphdr) + sizeof(struct udphdr) && tot <= in_frame &&
+	       ulen == tot - sizeof(struct iphdr) && ulen >= need;
+}
+
 static __always_inline struct incxdp_worker *lookup_sender(const struct frame *f)
 {
 	struct incxdp_worker_key key = {};
@@ -110,7 +125,8 @@ static __always_inline int aggregate(struct xdp_md *ctx, struct cursor *c, struc
 	__u32 idx;
 	__s8 exp0, exp1;
 
-	if ((kind == L4_SWITCHML ? decode_switchml(c, &k) : decode_native(c, &k)) < 0) {
+	if ((kind == L4_SWITCHML ? decode_switchml(c, &k) : decode_native(c, &k)) < 0 ||
+	    !lengths_cover(f, &k)) {
 		stat_inc(INCXDP_STAT_MALFORMED);
 		return XDP_DROP;
 	}

@@ -29,7 +29,7 @@ static __always_inline int decode_switchml(struct cursor *c, struct contrib *k)
 
 	if (!h)
 		return -1;
-	if (switchml_msg_type(h) != SWITCHML_MSG_UPDATE)
+	if (switchml_msg_type(h) != SWITCHML_MSG_UPDATE || switchml_size(h) > SWITCHML_SIZE_MAX)
 		return -1;
 	pool = bpf_ntohs(h->pool_index);
 	if (pool & 0x4000) /* bit 14 must be 0 */

@@ -189,6 +189,21 @@ TEST_F(EngineTest, TruncatedAndGarbageFramesAreDroppedAndCounted)
     auto result_type = full;
     result_type[kL4] = 0x11; // a RESULT sent to the switch
     EXPECT_EQ(run(result_type).verdict, XDP_DROP);
+    auto size4 = full;
+    size4[kL4] = 0x04; // size code 4 (512 elements) is not in the spec
+    size4.resize(kL4 + 10 + 512 * 4);
+    EXPECT_EQ(run(size4).verdict, XDP_DROP);
+    auto short_udp = full;
+    short_udp[kEth + kIp + 4] = 0; // UDP length 8: no datagram payload at all
+    short_udp[kEth + kIp + 5] = 8;
+    EXPECT_EQ(run(short_udp).verdict, XDP_DROP);
+    auto short_ip = full;
+    short_ip[kEth + 2] = 0; // IPv4 total length 28, UDP length unchanged
+    short_ip[kEth + 3] = 28;
+    EXPECT_EQ(run(short_ip).verdict, XDP_DROP);
+    auto long_ip = full;
+    long_ip[kEth + 2] = 0x7f; // claims more than the frame holds
+    EXPECT_EQ(run(long_ip).verdict, XDP_DROP);
     auto bit14 = full;
     bit14[kL4 + 6] |= 0x40;
     EXPECT_EQ(run(bit14).verdict, XDP_DROP);
@@ -208,7 +223,7 @@ TEST_F(EngineTest, TruncatedAndGarbageFramesAreDroppedAndCounted)
     NativeFields badop = f;
     badop.op = 9;
     EXPECT_EQ(run(native(0, badop, ramp(32, 1))).verdict, XDP_DROP);
-    EXPECT_EQ(stat(INCXDP_STAT_MALFORMED), 8u);
+    EXPECT_EQ(stat(INCXDP_STAT_MALFORMED), 12u);
     for (uint32_t s = 0; s < kPoolSize; s++) {
         EXPECT_EQ(slot(s).set[0].bitmap, 0u) << "slot " << s;
         EXPECT_EQ(slot(s).set[1].bitmap, 0u) << "slot " << s;

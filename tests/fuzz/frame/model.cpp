@@ -1,0 +1,283 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// The rules, in the order docs/ENGINE.md "Per frame" lists them.
+#include "model.h"
+
+#include <algorithm>
+#include <incxdp/proto.h>
+#include <incxdp/switchml.h>
+
+#include <linux/bpf.h>
+
+#include <cstring>
+
+namespace incxdp::fuzz {
+namespace {
+
+using test::get16;
+using test::get32;
+using test::kEth;
+using test::kL4;
+
+// Frame offsets (Ethernet | option-less IPv4 | UDP).
+constexpr size_t kIpTotLen = kEth + 2, kIpId = kEth + 4, kIpFrag = kEth + 6, kIpTtl = kEth + 8,
+                 kIpProto = kEth + 9, kIpSrc = kEth + 12, kIpDst = kEth + 16;
+constexpr size_t kUdpSrc = kEth + 20, kUdpDst = kEth + 22, kUdpLen = kEth + 24,
+                 kUdpCsum = kEth + 26;
+
+void put16_at(Bytes &b, size_t off, uint16_t v) {
+    b[off] = uint8_t(v >> 8);
+    b[off + 1] = uint8_t(v);
+}
+
+bool in_switchml_range(uint16_t port) {
+    return port >= SWITCHML_UDP_PORT_MIN && port <= SWITCHML_UDP_PORT_MAX;
+}
+
+bool tag_matches(const incxdp_slot_set &s, const Decoded &k) {
+    return s.round == k.round && s.chunk == k.chunk && s.op == k.op && s.dtype == k.dtype &&
+           s.nelems == k.nelems;
+}
+
+int32_t elem(const Bytes &f, size_t payload, size_t i) {
+    return int32_t(get32(f, payload + 4 * i));
+}
+
+} // namespace
+
+const char *gap_name(int bit) {
+    static const char *names[kGapCount] = {"switchml_size_gt_3", "ip_udp_length"};
+    return bit >= 0 && bit < kGapCount ? names[bit] : "?";
+}
+
+Model::Model(bool strict) : strict_(strict), slots_(kSlotEntries) {
+    std::memset(slots_.data(), 0, slots_.size() * sizeof(incxdp_slot));
+    for (const auto &j : kJobs)
+        jobs_[j.id] = job_entry(j);
+    for (const auto &s : registered_senders())
+        senders_[{s.ep.mac, s.ep.ip, s.ep.port}] = {s.job, s.rank, s.ifindex};
+}
+
+void Model::reset_pool(const JobDef &j) {
+    for (uint32_t i = j.pool_base; i < j.pool_base + j.pool_size; i++)
+        std::memset(&slots_[i], 0, sizeof(incxdp_slot));
+}
+
+// WIRE.md §1 and proto.h: header checks and payload length; no state.
+std::optional<Decoded> Model::decode(const Bytes &f, bool switchml, uint32_t &gaps) const {
+    Decoded d;
+    d.switchml = switchml;
+    // A program without xdp.frags sees only the linear part of a test frame:
+    // one page less XDP headroom and the skb_shared_info tailroom.
+    constexpr size_t kXdpLinearMax = 4096 - 256 - 320;
+    const size_t n = std::min(f.size(), kXdpLinearMax);
+    const size_t h = kL4;
+    if (switchml) {
+        d.hdr_len = SWITCHML_HDR_LEN;
+        if (n < h + d.hdr_len)
+            return std::nullopt;
+        if (f[h] >> 4 != SWITCHML_MSG_UPDATE)
+            return std::nullopt;
+        uint16_t pool = get16(f, h + 6);
+        if (pool & 0x4000)
+            return std::nullopt;
+        uint8_t size = f[h] & 0x7; // bit 3 is "unused"
+        if (size > SWITCHML_SIZE_MAX)
+            gaps |= GAP_SWITCHML_SIZE;
+        d.nelems = uint16_t(32u << size);
+        d.slot = pool & SWITCHML_POOL_INDEX_MASK;
+        d.set = (pool & SWITCHML_POOL_SET_BIT) ? 1 : 0;
+        d.op = INCXDP_OP_SUM;
+        d.dtype = INCXDP_DTYPE_INT32;
+        d.exp0 = int8_t(f[h + 8]);
+        d.exp1 = int8_t(f[h + 9]);
+    } else {
+        d.hdr_len = INCXDP_HDR_LEN;
+        if (n < h + d.hdr_len)
+            return std::nullopt;
+        if (f[h] != INCXDP_MAGIC || f[h + 1] >> 4 != INCXDP_VERSION ||
+            (f[h + 1] & 0xf) != INCXDP_MSG_DATA)
+            return std::nullopt;
+        d.op = f[h + 2];
+        d.dtype = f[h + 3];
+        if (d.op >= INCXDP_OP_COUNT || d.dtype >= INCXDP_DTYPE_COUNT)
+            return std::nullopt;
+        d.nelems = get16(f, h + 22);
+        if (d.nelems > INCXDP_MAX_ELEMS || d.nelems % INCXDP_ELEM_QUANTUM)
+            return std::nullopt;
+        uint16_t slot = get16(f, h + 20);
+        if (slot & 0x4000)
+            return std::nullopt;
+        d.slot = slot & INCXDP_SLOT_INDEX_MASK;
+        d.set = (slot & INCXDP_SLOT_SET_BIT) ? 1 : 0;
+        d.job = get32(f, h + 4);
+        d.round = get32(f, h + 8);
+        d.chunk = get32(f, h + 12);
+        d.rank = get16(f, h + 16);
+        d.nworkers = get16(f, h + 18);
+        d.exp0 = int8_t(f[h + 24]);
+        d.exp1 = 0;
+    }
+    const size_t need = d.hdr_len + size_t(d.nelems) * 4;
+    if (n - h < need)
+        return std::nullopt;
+    // The datagram, by its own length fields, must hold the payload too.
+    const size_t ip_len = get16(f, kIpTotLen), udp_len = get16(f, kUdpLen);
+    if (ip_len < 28 || kEth + ip_len > n || udp_len != ip_len - 20 || udp_len < 8 + need)
+        gaps |= GAP_LENGTHS;
+    if (strict_ && gaps) {
+        strict_gaps_ = gaps;
+        return std::nullopt;
+    }
+    return d;
+}
+
+Prediction Model::apply(const Bytes &f) {
+    Prediction p;
+    p.out = f;
+    auto verdict = [&](int stat, int v) {
+        p.stat = stat;
+        p.verdict = v;
+        p.check_out = v == XDP_PASS;
+        if (stat == INCXDP_STAT_MALFORMED) // refused anyway: no gap was needed
+            p.gaps = 0;
+        return p;
+    };
+    const size_t n = f.size();
+
+    // 1. Ethernet -> option-less, unfragmented IPv4 -> UDP to one of our ports.
+    if (n < kEth || get16(f, 12) != 0x0800)
+        return verdict(INCXDP_STAT_PASS, XDP_PASS);
+    if (n < kEth + 20 || f[kEth] != 0x45 || (get16(f, kIpFrag) & 0x3fff) || f[kIpProto] != 17)
+        return verdict(INCXDP_STAT_PASS, XDP_PASS);
+    if (n < kL4)
+        return verdict(INCXDP_STAT_PASS, XDP_PASS);
+    const uint16_t dport = get16(f, kUdpDst);
+    const bool switchml = in_switchml_range(dport);
+    if (!switchml && dport != kNativePort)
+        return verdict(INCXDP_STAT_PASS, XDP_PASS);
+
+    // 2. Decode.
+    strict_gaps_ = 0;
+    auto k = decode(f, switchml, p.gaps);
+    p.strict_gaps = strict_gaps_;
+    if (!k)
+        return verdict(INCXDP_STAT_MALFORMED, XDP_DROP);
+
+    // 3. Sender, job, slot.
+    SenderKey key;
+    std::memcpy(std::get<0>(key).data(), &f[6], 6);
+    std::get<1>(key) = get32(f, kIpSrc);
+    std::get<2>(key) = get16(f, kUdpSrc);
+    auto ws = senders_.find(key);
+    if (ws == senders_.end())
+        return verdict(INCXDP_STAT_UNKNOWN_SENDER, XDP_DROP);
+    const Sender &w = ws->second;
+    if (w.ifindex != kTestIfindex)
+        return verdict(INCXDP_STAT_WRONG_PORT, XDP_DROP);
+    if (switchml) {
+        k->job = w.job;
+        k->rank = w.rank;
+    }
+    auto jit = jobs_.find(w.job);
+    const incxdp_job *job = jit == jobs_.end() ? nullptr : &jit->second;
+    if (!job || !job->active || k->job != w.job || k->rank != w.rank || k->rank >= job->nworkers ||
+        (k->nworkers && k->nworkers != job->nworkers))
+        return verdict(INCXDP_STAT_BAD_JOB, XDP_DROP);
+    if (k->slot >= job->pool_size || k->nelems > job->max_elems ||
+        job->pool_base + k->slot >= kSlotEntries)
+        return verdict(INCXDP_STAT_BAD_SLOT, XDP_DROP);
+
+    // 4. The slot rules of WIRE.md §1, per (slot, set), with the set's tag.
+    const uint32_t idx = job->pool_base + k->slot;
+    incxdp_slot &slot = slots_[idx];
+    incxdp_slot_set &cur = slot.set[k->set];
+    incxdp_slot_set &other = slot.set[k->set ^ 1];
+    int32_t *vals = slot.vals[k->set];
+    const uint32_t bit = 1u << (k->rank & 31);
+    const size_t payload = kL4 + k->hdr_len;
+    p.slot_index = idx;
+    p.set = k->set;
+
+    int stat;
+    if (cur.bitmap & bit) {
+        stat = cur.remaining
+                   ? INCXDP_STAT_RETX_DROP
+                   : (tag_matches(cur, *k) ? INCXDP_STAT_RETX_UNICAST : INCXDP_STAT_STALE);
+    } else if (cur.remaining == 0) {
+        // First contribution of a round in this set: it writes.
+        cur.round = k->round;
+        cur.chunk = k->chunk;
+        cur.op = k->op;
+        cur.dtype = k->dtype;
+        cur.nelems = k->nelems;
+        cur.exp0 = k->exp0;
+        cur.exp1 = k->exp1;
+        cur.bitmap |= bit;
+        other.bitmap &= ~bit;
+        for (size_t i = 0; i < k->nelems; i++)
+            vals[i] = elem(f, payload, i);
+        cur.remaining = job->nworkers - 1;
+        stat = cur.remaining ? INCXDP_STAT_CONSUMED : INCXDP_STAT_COMPLETED;
+    } else if (!tag_matches(cur, *k)) {
+        stat = INCXDP_STAT_MISMATCH;
+    } else {
+        cur.bitmap |= bit;
+        other.bitmap &= ~bit;
+        for (size_t i = 0; i < k->nelems; i++) {
+            int32_t x = elem(f, payload, i);
+            if (k->op == INCXDP_OP_MAX)
+                vals[i] = x > vals[i] ? x : vals[i];
+            else if (k->op == INCXDP_OP_MIN)
+                vals[i] = x < vals[i] ? x : vals[i];
+            else
+                vals[i] = int32_t(uint32_t(vals[i]) + uint32_t(x)); // wraps, like the ASIC
+        }
+        cur.exp0 = k->exp0 > cur.exp0 ? k->exp0 : cur.exp0;
+        cur.exp1 = k->exp1 > cur.exp1 ? k->exp1 : cur.exp1;
+        cur.remaining -= 1;
+        stat = cur.remaining ? INCXDP_STAT_CONSUMED : INCXDP_STAT_COMPLETED;
+    }
+    if (stat == INCXDP_STAT_COMPLETED)
+        cur.rounds += 1;
+    if (stat != INCXDP_STAT_COMPLETED && stat != INCXDP_STAT_RETX_UNICAST)
+        return verdict(stat, XDP_DROP);
+
+    // 5. The result: header turned into a RESULT, the set's values.
+    Bytes &o = p.out;
+    if (k->switchml) {
+        o[kL4] = uint8_t(SWITCHML_MSG_RESULT << 4 | (f[kL4] & 0x0f));
+        o[kL4 + 8] = uint8_t(cur.exp0);
+        o[kL4 + 9] = uint8_t(cur.exp1);
+    } else {
+        o[kL4 + 1] = uint8_t(INCXDP_VERSION << 4 | INCXDP_MSG_RESULT);
+        o[kL4 + 24] = uint8_t(cur.exp0);
+    }
+    for (size_t i = 0; i < k->nelems; i++) {
+        uint32_t v = uint32_t(vals[i]);
+        for (int b = 0; b < 4; b++)
+            o[payload + 4 * i + size_t(b)] = uint8_t(v >> (24 - 8 * b));
+    }
+    if (stat == INCXDP_STAT_COMPLETED) {
+        // Multicast: the IP ID carries the job to the egress program, which
+        // rewrites addresses and the checksum per copy.
+        put16_at(o, kIpId, uint16_t(w.job));
+    } else {
+        // Unicast back to the sender, from the switch.
+        for (size_t i = 0; i < 6; i++)
+            std::swap(o[i], o[6 + i]);
+        for (size_t i = 0; i < 4; i++)
+            std::swap(o[kIpSrc + i], o[kIpDst + i]);
+        o[kIpTtl] = 64;
+        put16_at(o, kEth + 10, 0);
+        put16_at(o, kEth + 10, test::ip_checksum(&o[kEth]));
+        for (size_t i = 0; i < 2; i++)
+            std::swap(o[kUdpSrc + i], o[kUdpDst + i]);
+        put16_at(o, kUdpCsum, 0);
+    }
+    p.stat = stat;
+    p.verdict = stat == INCXDP_STAT_COMPLETED ? XDP_REDIRECT : XDP_TX;
+    p.check_out = true;
+    return p;
+}
+
+} // namespace incxdp::fuzz

@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// The oracle: the engine's rules written down again in plain C++ from
+// docs/ENGINE.md and docs/WIRE.md §1, not from the BPF code. For each frame
+// it predicts the counter, the verdict, the output frame and the slot array
+// after it; the fuzzer compares all four with the engine.
+//
+// Where the engine is known to accept what the wire spec refuses, the model
+// follows the engine unless `strict` is set, and names the gap in
+// Prediction::gaps so the driver can count it (see docs/FUZZING.md).
+#pragma once
+
+#include "world.h"
+
+#include <incxdp/maps.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace incxdp::fuzz {
+
+// Spec rules the engine does not enforce yet, as bits of Prediction::gaps.
+enum Gap : uint32_t {
+    GAP_SWITCHML_SIZE = 1u << 0, // SwitchML size code 4..7 (WIRE.md: 0..3)
+    GAP_LENGTHS = 1u << 1,       // IPv4 total / UDP length do not cover the payload
+};
+constexpr int kGapCount = 2;
+const char *gap_name(int bit);
+
+struct Prediction {
+    int stat = INCXDP_STAT_PASS;
+    int verdict = 0;          // XDP_*
+    Bytes out;                // expected output (PASS: the input; TX/REDIRECT: the result)
+    bool check_out = false;   // out is exact for this verdict
+    uint32_t gaps = 0;        // spec rules this frame breaks that the engine accepts
+    uint32_t strict_gaps = 0; // --strict: the gaps that made the model refuse it
+    // For TX/REDIRECT: where the result sits, for reports.
+    uint32_t slot_index = 0;
+    uint8_t set = 0;
+};
+
+// Where an aggregation frame's fields are, once decoded.
+struct Decoded {
+    bool switchml = false;
+    size_t hdr_len = 0;
+    uint32_t job = 0, round = 0, chunk = 0;
+    uint16_t rank = 0, nworkers = 0, slot = 0, nelems = 0;
+    uint8_t set = 0, op = 0, dtype = 0;
+    int8_t exp0 = 0, exp1 = 0;
+};
+
+class Model {
+  public:
+    explicit Model(bool strict);
+
+    // Predicts the engine's handling of `frame` and applies it to the slots.
+    Prediction apply(const Bytes &frame);
+
+    const std::vector<incxdp_slot> &slots() const { return slots_; }
+    // After a disagreement (--keep-going): continue from the engine's state.
+    void resync(const std::vector<incxdp_slot> &s) { slots_ = s; }
+    void reset_pool(const JobDef &j);
+
+    // Lookups the traffic generator uses to build meaningful frames.
+    const incxdp_slot &slot(uint32_t index) const { return slots_.at(index); }
+
+  private:
+    struct Sender {
+        uint32_t job;
+        uint16_t rank;
+        uint32_t ifindex;
+    };
+    using SenderKey = std::tuple<std::array<uint8_t, 6>, uint32_t, uint16_t>; // mac, ip, port
+
+    std::optional<Decoded> decode(const Bytes &f, bool switchml, uint32_t &gaps) const;
+
+    bool strict_;
+    mutable uint32_t strict_gaps_ = 0;
+    std::vector<incxdp_slot> slots_;
+    std::map<SenderKey, Sender> senders_;
+    std::map<uint32_t, incxdp_job> jobs_;
+};
+
+} // namespace incxdp::fuzz
