@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <iostream>
 #include <vector>
 
@@ -30,7 +31,22 @@ struct Row {
     uint64_t bytes = 0;
     double median = 0, min = 0;
     uint64_t retx = 0;
+    double cpu = 0; ///< median CPU seconds per allreduce, summed over all ranks
 };
+
+// CPU time of this process: user + system, including the softirq work
+// (the switch's XDP program, the veth hops) that runs in its context.
+double process_cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+double median_of(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    size_t n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
 
 std::vector<uint64_t> sweep(const Options &o) {
     if (!o.sizes.empty())
@@ -46,20 +62,25 @@ template <typename T>
 Row measure(Communicator &comm, const Options &o, uint64_t bytes, std::vector<T> &send,
             std::vector<T> &recv, DType dtype, ReduceOp op) {
     size_t count = bytes / 4;
-    std::vector<double> times;
-    Row row{bytes, 0, 0, 0};
+    std::vector<double> times, cpus;
+    Row row{bytes, 0, 0, 0, 0};
     for (uint32_t it = 0; it < o.warmup + o.iters; ++it) {
         comm.barrier();
+        double c0 = process_cpu_seconds();
         comm.allreduce(send.data(), recv.data(), count, dtype, op);
+        double c1 = process_cpu_seconds();
         if (it >= o.warmup) {
             times.push_back(comm.last_stats().seconds);
+            cpus.push_back(c1 - c0);
             row.retx += comm.last_stats().retransmissions;
         }
     }
-    std::sort(times.begin(), times.end());
-    size_t n = times.size();
-    row.median = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
-    row.min = times.front();
+    row.median = median_of(times);
+    row.min = *std::min_element(times.begin(), times.end());
+    // Sum the ranks' CPU medians (in microseconds) through the switch itself.
+    int32_t cpu_us = int32_t(std::min(median_of(cpus) * 1e6, 2e9));
+    comm.allreduce(&cpu_us, &cpu_us, 1, DType::Int32, ReduceOp::Sum);
+    row.cpu = cpu_us * 1e-6;
     return row;
 }
 
@@ -72,14 +93,18 @@ std::vector<Row> run(Communicator &comm, const Options &o, const std::vector<uin
     fill(std::span<T>(send), o.boot.seed, comm.config().rank);
     std::vector<Row> rows;
     bool human = comm.config().rank == 0 && !o.boot.json;
-    if (human)
-        fmt::print("{:>10}  {:>14}  {:>12}  {:>6}\n", "size", "time (median)", "algbw", "retx");
+    if (human) {
+        fmt::print("{:>10}  {:>14}  {:>12}  {:>6}  {:>12}\n", "size", "time (median)", "algbw",
+                   "retx", "cpu (ranks)");
+        std::fflush(stdout); // bench/star_perf.sh starts its profile here
+    }
     for (uint64_t bytes : sizes) {
         rows.push_back(measure(comm, o, bytes, send, recv, dtype, op));
         const Row &r = rows.back();
         if (human) {
-            fmt::print("{:>10}  {:>11.3f} ms  {:>7.1f} MB/s  {:>6}\n", format_size(bytes),
-                       r.median * 1e3, algbw_mbps(bytes, r.median), r.retx);
+            fmt::print("{:>10}  {:>11.3f} ms  {:>7.1f} MB/s  {:>6}  {:>9.3f} ms\n",
+                       format_size(bytes), r.median * 1e3, algbw_mbps(bytes, r.median), r.retx,
+                       r.cpu * 1e3);
             std::fflush(stdout);
         }
     }
@@ -116,9 +141,9 @@ int main(int argc, char **argv) {
         if (cfg.rank == 0 && !o.boot.json)
             fmt::print(
                 "incxdp-bench: job {}, {} ranks, {} {}, {} wire, window {}, {} elems/packet, "
-                "{} warm-up + {} iterations\n",
+                "{} warm-up + {} iterations, {} transport\n",
                 cfg.job, cfg.world_size, o.boot.dtype, o.boot.op, o.boot.wire, cfg.window,
-                cfg.effective_elems_per_packet(), o.warmup, o.iters);
+                cfg.effective_elems_per_packet(), o.warmup, o.iters, to_string(cfg.transport));
         auto rows =
             o.boot.dtype == "float32" ? run<float>(comm, o, sizes) : run<int32_t>(comm, o, sizes);
         comm.close();
@@ -136,7 +161,8 @@ int main(int argc, char **argv) {
                                      {"median_s", r.median},
                                      {"min_s", r.min},
                                      {"algbw_MBps", algbw_mbps(r.bytes, r.median)},
-                                     {"retransmissions", r.retx}});
+                                     {"retransmissions", r.retx},
+                                     {"cpu_s_all_ranks", r.cpu}});
             std::cout << j.dump() << std::endl;
         }
     } catch (const std::exception &e) {

@@ -31,10 +31,8 @@ void Int32Steps::build(uint64_t step, uint32_t, std::span<std::byte> payload, ui
     uint64_t c = *s_.chunk_of(step);
     uint32_t real = s_.chunk_elems(c);
     uint32_t n = wire_elems(wire_, real, s_.per_packet);
-    const int32_t *src = send_ + s_.chunk_begin(c);
     std::byte *p = payload.data();
-    for (uint32_t i = 0; i < real; ++i)
-        store_be32(p + 4 * size_t(i), src[i]);
+    store_be32_n(p, send_ + s_.chunk_begin(c), real);
     fill_identity(p, real, n, identity_);
     nelems = uint16_t(n);
     exp = 0;
@@ -43,10 +41,7 @@ void Int32Steps::build(uint64_t step, uint32_t, std::span<std::byte> payload, ui
 void Int32Steps::consume(uint64_t step, uint32_t, const ResultView &r) {
     uint64_t c = *s_.chunk_of(step);
     uint32_t real = s_.chunk_elems(c);
-    int32_t *dst = recv_ + s_.chunk_begin(c);
-    const std::byte *p = r.payload.data();
-    for (uint32_t i = 0; i < real; ++i)
-        dst[i] = load_be32(p + 4 * size_t(i));
+    load_be32_n(recv_ + s_.chunk_begin(c), r.payload.data(), real);
 }
 
 Float32Steps::Float32Steps(const Schedule &s, Wire w, ReduceOp op, uint32_t nworkers,

@@ -15,7 +15,9 @@
 namespace incxdp {
 namespace {
 
-constexpr uint32_t kDefaultWindow = 64;
+// 128 in flight per worker: the best measured on the star topology
+// (docs/PERF.md); 256 overflows veth's 256-frame rx rings in bursts.
+constexpr uint32_t kDefaultWindow = 128;
 constexpr uint32_t kIpUdpLen = 20 + 8;
 constexpr uint32_t kMaxWindow = INCXDP_SLOT_INDEX_MASK + 1; // 14-bit slot index
 constexpr uint32_t kMaxBatch = 1024;                        // UIO_MAXIOV
@@ -28,6 +30,18 @@ uint32_t max_elems_for_mtu(Wire w, uint32_t mtu) {
 }
 
 } // namespace
+
+TransportKind parse_transport(const std::string &s) {
+    if (s == "udp")
+        return TransportKind::Udp;
+    if (s == "afxdp" || s == "af_xdp" || s == "xdp")
+        return TransportKind::AfXdp;
+    throw std::invalid_argument(fmt::format("transport '{}': expected udp or afxdp", s));
+}
+
+const char *to_string(TransportKind t) {
+    return t == TransportKind::AfXdp ? "afxdp" : "udp";
+}
 
 uint16_t CommConfig::effective_switch_port() const {
     if (switch_port != 0)

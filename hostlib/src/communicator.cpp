@@ -17,8 +17,21 @@ namespace {
 
 constexpr std::chrono::milliseconds kDestructorCloseDeadline{5000};
 
-std::unique_ptr<Transport> udp_for(const CommConfig &cfg) {
+std::unique_ptr<Transport> transport_for(const CommConfig &cfg) {
     cfg.validate();
+    if (cfg.transport == TransportKind::AfXdp) {
+        AfXdpTransportConfig t;
+        t.local_ip = cfg.local_ip;
+        t.local_port = cfg.local_port;
+        t.remote_ip = cfg.switch_ip;
+        t.remote_port = cfg.effective_switch_port();
+        t.ifname = cfg.xdp_iface;
+        t.queue = cfg.xdp_queue;
+        t.tx_live_frames = cfg.xdp_tx_live_frames;
+        t.batch = cfg.batch;
+        t.max_payload = detail::header_len(cfg.wire) + 4 * size_t(cfg.effective_elems_per_packet());
+        return make_afxdp_transport(t);
+    }
     UdpTransportConfig t;
     t.local_ip = cfg.local_ip;
     t.local_port = cfg.local_port;
@@ -26,6 +39,8 @@ std::unique_ptr<Transport> udp_for(const CommConfig &cfg) {
     t.remote_port = cfg.effective_switch_port();
     t.socket_buffer = cfg.socket_buffer;
     t.batch = cfg.batch;
+    t.gso = cfg.udp_gso;
+    t.gro = cfg.udp_gro;
     return make_udp_transport(t);
 }
 
@@ -91,7 +106,7 @@ struct Communicator::Impl {
     CommStats last, total;
 };
 
-Communicator::Communicator(CommConfig cfg) : Communicator(cfg, udp_for(cfg)) {}
+Communicator::Communicator(CommConfig cfg) : Communicator(cfg, transport_for(cfg)) {}
 
 Communicator::Communicator(CommConfig cfg, std::unique_ptr<Transport> transport) {
     cfg.validate();

@@ -21,11 +21,8 @@ Engine::Engine(const CommConfig &cfg, Transport &transport)
     for (size_t l = 0; l < lanes_.size(); ++l)
         lanes_[l].buf = send_mem_.data() + l * max_packet_;
 
-    size_t rbuf = max_packet_ + kRecvSlack;
-    recv_mem_.resize(size_t(cfg.batch) * rbuf);
-    for (size_t i = 0; i < cfg.batch; ++i)
-        recv_bufs_.emplace_back(recv_mem_.data() + i * rbuf, rbuf);
-    recv_sizes_.resize(cfg.batch);
+    max_result_ = max_packet_ + kRecvSlack;
+    recv_views_.resize(cfg.batch);
     send_queue_.reserve(cfg.window);
     send_spans_.reserve(cfg.batch);
     lane_of_slot_.assign(cfg.window, -1);
@@ -59,15 +56,15 @@ void Engine::run(const Schedule &sched, std::span<const uint16_t> lane_slots,
     flush(now);
 
     while (done_ < sched.steps) {
-        size_t n = transport_.recv_batch(recv_bufs_, recv_sizes_);
+        size_t n = transport_.recv_views(recv_views_, max_result_);
         now = Clock::now();
         for (size_t i = 0; i < n; ++i) {
             ++stats.packets_received;
-            stats.bytes_received += recv_sizes_[i];
-            if (recv_sizes_[i] > recv_bufs_[i].size())
+            stats.bytes_received += recv_views_[i].size();
+            if (recv_views_[i].size() > max_result_)
                 ++stats.malformed;
             else
-                handle(recv_bufs_[i].first(recv_sizes_[i]), now);
+                handle(recv_views_[i], now);
         }
         if (done_ == sched.steps)
             break;

@@ -78,10 +78,9 @@ class Engine {
     size_t hdr_len_;
     size_t max_packet_;
 
-    std::vector<std::byte> send_mem_; ///< window x max_packet
-    std::vector<std::byte> recv_mem_; ///< batch x recv buffer
-    std::vector<std::span<std::byte>> recv_bufs_;
-    std::vector<size_t> recv_sizes_;
+    std::vector<std::byte> send_mem_;                    ///< window x max_packet
+    size_t max_result_;                                  ///< longer datagrams are not ours
+    std::vector<std::span<const std::byte>> recv_views_; ///< batch, into the transport's memory
     std::vector<Lane> lanes_;
     std::vector<uint32_t> send_queue_;
     std::vector<std::span<const std::byte>> send_spans_;

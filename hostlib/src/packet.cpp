@@ -5,6 +5,9 @@
 #include <incxdp/switchml.h>
 
 #include <arpa/inet.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include <cstring>
 #include <stdexcept>
@@ -183,6 +186,41 @@ std::optional<StepHeader> decode_data(Wire w, std::span<const std::byte> pkt) {
     if (!h || type != (w == Wire::Native ? INCXDP_MSG_DATA : SWITCHML_MSG_UPDATE))
         return std::nullopt;
     return h;
+}
+
+#ifdef __SSE2__
+namespace {
+// Byte swap of four 32-bit lanes with SSE2 only (pshufb is SSSE3, not in
+// the x86-64 baseline): swap the bytes of each 16-bit word, then the words.
+inline __m128i bswap32x4(__m128i x) {
+    x = _mm_or_si128(_mm_slli_epi16(x, 8), _mm_srli_epi16(x, 8));
+    x = _mm_shufflelo_epi16(x, 0xB1);
+    return _mm_shufflehi_epi16(x, 0xB1);
+}
+} // namespace
+#endif
+
+void store_be32_n(std::byte *dst, const int32_t *src, size_t n) {
+    size_t i = 0;
+#ifdef __SSE2__
+    for (; i + 4 <= n; i += 4)
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(dst + 4 * i),
+                         bswap32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(src + i))));
+#endif
+    for (; i < n; ++i)
+        store_be32(dst + 4 * i, src[i]);
+}
+
+void load_be32_n(int32_t *dst, const std::byte *src, size_t n) {
+    size_t i = 0;
+#ifdef __SSE2__
+    for (; i + 4 <= n; i += 4)
+        _mm_storeu_si128(
+            reinterpret_cast<__m128i *>(dst + i),
+            bswap32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(src + 4 * i))));
+#endif
+    for (; i < n; ++i)
+        dst[i] = load_be32(src + 4 * i);
 }
 
 } // namespace incxdp::detail

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <span>
 
@@ -73,16 +74,21 @@ std::optional<ResultView> decode_result(Wire w, std::span<const std::byte> pkt);
 std::optional<StepHeader> decode_data(Wire w, std::span<const std::byte> pkt);
 
 inline void store_be32(std::byte *p, int32_t v) {
-    uint32_t u = uint32_t(v);
-    p[0] = std::byte(u >> 24);
-    p[1] = std::byte(u >> 16);
-    p[2] = std::byte(u >> 8);
-    p[3] = std::byte(u);
+    uint32_t u = __builtin_bswap32(uint32_t(v)); // one bswap + store, not four byte stores
+    std::memcpy(p, &u, 4);
 }
 
 inline int32_t load_be32(const std::byte *p) {
-    return int32_t(uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 |
-                   uint32_t(p[3]));
+    uint32_t u;
+    std::memcpy(&u, p, 4);
+    return int32_t(__builtin_bswap32(u));
 }
+
+/// dst[0..4n) = n big-endian int32 of src; 16 bytes at a time (SSE2) where
+/// available. Packing and unpacking payloads was ~10% of all CPU of a run
+/// with byte-wise stores (docs/PERF.md).
+void store_be32_n(std::byte *dst, const int32_t *src, size_t n);
+/// dst[0..n) = the n big-endian int32 at src.
+void load_be32_n(int32_t *dst, const std::byte *src, size_t n);
 
 } // namespace incxdp::detail

@@ -106,7 +106,19 @@ void add_bootstrap_options(CLI::App &app, BootstrapOptions &o) {
     app.add_option("--wire", o.wire, "Header spoken to the switch")
         ->check(CLI::IsMember({"native", "switchml"}))
         ->capture_default_str();
-    app.add_option("--window", o.window, "Slots in flight (0: min(64, job slots))")
+    app.add_option("--transport", o.transport,
+                   "udp socket, or afxdp socket (root) on the worker's interface")
+        ->check(CLI::IsMember({"udp", "afxdp"}))
+        ->capture_default_str();
+    app.add_option("--batch", o.batch, "Datagrams per syscall / ring operation (0: 64)")
+        ->capture_default_str();
+    app.add_option("--xdp-tx", o.xdp_tx,
+                   "afxdp: send as live XDP frames (BPF_PROG_RUN) or through the AF_XDP tx ring")
+        ->check(CLI::IsMember({"live", "ring"}))
+        ->capture_default_str();
+    app.add_flag("--no-gso", o.no_gso, "udp: no UDP_SEGMENT (one datagram per sendmsg entry)");
+    app.add_flag("--udp-gro", o.udp_gro, "udp: UDP_GRO on the socket (needs GRO on the interface)");
+    app.add_option("--window", o.window, "Slots in flight (0: min(128, job slots))")
         ->capture_default_str();
     app.add_option("--elems", o.elems, "Elements per packet (0: 832 native, 256 switchml)")
         ->capture_default_str();
@@ -124,6 +136,12 @@ void add_bootstrap_options(CLI::App &app, BootstrapOptions &o) {
 CommConfig make_config(const BootstrapOptions &o) {
     CommConfig c = CommConfig::from_topology(o.topo, o.job, o.rank);
     c.wire = parse_wire(o.wire);
+    c.transport = parse_transport(o.transport);
+    if (o.batch)
+        c.batch = o.batch;
+    c.udp_gso = !o.no_gso;
+    c.udp_gro = o.udp_gro;
+    c.xdp_tx_live_frames = o.xdp_tx == "live";
     if (o.window)
         c.window = o.window;
     c.elems_per_packet = o.elems;

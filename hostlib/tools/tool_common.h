@@ -31,9 +31,13 @@ struct BootstrapOptions {
     std::string dtype = "int32";
     std::string op = "sum";
     std::string wire = "native";
-    uint32_t window = 0;      // 0 = from the topology (min(64, job slots))
-    uint32_t elems = 0;       // 0 = wire default
-    uint32_t switch_port = 0; // 0 = wire default
+    std::string transport = "udp";
+    uint32_t batch = 0; // 0 = library default
+    bool no_gso = false, udp_gro = false;
+    std::string xdp_tx = "live"; // afxdp: live | ring
+    uint32_t window = 0;         // 0 = from the topology (min(128, job slots))
+    uint32_t elems = 0;          // 0 = wire default
+    uint32_t switch_port = 0;    // 0 = wire default
     uint32_t timeout_ms = 20;
     double deadline_s = 30;
     uint64_t seed = 1;

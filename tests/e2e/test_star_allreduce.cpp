@@ -120,7 +120,7 @@ TEST_F(StarAllreduce, BpftoolShowsNamedFields)
 {
     auto jobs = in_node("sw", {"bpftool", "map", "dump", "pinned", pin_dir_ + "/incxdp_jobs"});
     ASSERT_EQ(jobs.status, 0) << jobs.err;
-    for (const char *field : {"\"nworkers\": 4", "\"pool_base\"", "\"pool_size\": 256", "\"max_elems\": 832"})
+    for (const char *field : {"\"nworkers\": 4", "\"pool_base\"", "\"pool_size\": 128", "\"max_elems\": 832"})
         EXPECT_NE(jobs.out.find(field), std::string::npos) << field << " missing from:\n" << jobs.out.substr(0, 2000);
     auto workers = in_node("sw", {"bpftool", "map", "dump", "pinned", pin_dir_ + "/incxdp_workers"});
     ASSERT_EQ(workers.status, 0) << workers.err;

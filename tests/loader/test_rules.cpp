@@ -23,7 +23,7 @@ TEST(JobFromTopology, StarJobOneMapsEveryHostToItsRankAndPort)
     JobSpec job = job_from_topology(topo::Topology::load_file(kStar), 1);
     EXPECT_EQ(job.id, 1u);
     EXPECT_EQ(job.switch_ip, ip("10.77.0.254"));
-    EXPECT_EQ(job.slots, 256u);
+    EXPECT_EQ(job.slots, 128u);
     ASSERT_EQ(job.workers.size(), 4u);
     for (uint16_t r = 0; r < 4; r++) {
         const WorkerSpec &w = job.workers[r];

@@ -28,6 +28,15 @@
 
 namespace incxdp {
 
+/// How a Communicator reaches the switch (docs/HOSTLIB.md §5).
+enum class TransportKind {
+    Udp,   ///< a UDP socket (sendmmsg/recvmmsg, GSO, GRO)
+    AfXdp, ///< an AF_XDP socket on the worker's interface (root)
+};
+/// "udp", "afxdp"; parse throws std::invalid_argument naming the text.
+TransportKind parse_transport(const std::string &s);
+const char *to_string(TransportKind t);
+
 /// Everything a rank needs to reach the switch. All ranks of a job must use
 /// the same world_size, job, window, elems_per_packet and wire.
 struct CommConfig {
@@ -42,16 +51,22 @@ struct CommConfig {
     uint32_t elems_per_packet = 0; ///< 0 = wire default: 832 native, 256 SwitchML (capped by mtu)
     uint32_t mtu = 0;              ///< IP MTU of the worker's link; 0 = unknown, not checked
     Wire wire = Wire::Native;
-    std::chrono::milliseconds timeout{20};      ///< first retransmission timeout
-    std::chrono::milliseconds max_timeout{200}; ///< backoff doubles up to this
-    uint32_t max_retries = 0;                   ///< per packet; 0 = unlimited
-    std::chrono::milliseconds deadline{30000};  ///< no result at all for this long => CommTimeout
-    int socket_buffer = 8 << 20;                ///< UDP SO_RCVBUF/SO_SNDBUF bytes
-    uint32_t batch = 32;                        ///< datagrams per sendmmsg/recvmmsg
+    std::chrono::milliseconds timeout{20};        ///< first retransmission timeout
+    std::chrono::milliseconds max_timeout{200};   ///< backoff doubles up to this
+    uint32_t max_retries = 0;                     ///< per packet; 0 = unlimited
+    std::chrono::milliseconds deadline{30000};    ///< no result at all for this long => CommTimeout
+    TransportKind transport = TransportKind::Udp; ///< used by Communicator(CommConfig)
+    int socket_buffer = 8 << 20;                  ///< UDP SO_RCVBUF/SO_SNDBUF bytes
+    uint32_t batch = 64;            ///< datagrams per sendmmsg/recvmmsg or ring operation
+    bool udp_gso = true;            ///< UDP: UDP_SEGMENT on send
+    bool udp_gro = false;           ///< UDP: UDP_GRO on receive (did not pay: docs/PERF.md)
+    std::string xdp_iface;          ///< AfXdp: interface; empty = the one holding local_ip
+    uint32_t xdp_queue = 0;         ///< AfXdp: rx queue of the socket
+    bool xdp_tx_live_frames = true; ///< AfXdp: send as live XDP frames, not via the tx ring
 
     /// Fill rank, world_size, job, addresses and ports from a topology file:
     /// local = the rank's host IP and the job's worker_port, remote = the
-    /// job's switch IP, window = min(64, job slots), mtu = the topology's.
+    /// job's switch IP, window = min(128, job slots), mtu = the topology's.
     /// Throws std::invalid_argument naming the file and what is wrong.
     static CommConfig from_topology(const std::string &path, uint32_t job_id, uint32_t rank);
 
@@ -91,8 +106,10 @@ struct CommTimeout : std::runtime_error {
 
 class Communicator {
   public:
-    /// Bind a UDP transport to local_ip:local_port. Throws std::invalid_argument
-    /// for a bad config, std::system_error when the socket cannot be set up.
+    /// Open cfg.transport (UDP socket bound to local_ip:local_port, or an
+    /// AF_XDP socket on the interface holding local_ip). Throws
+    /// std::invalid_argument for a bad config, std::system_error when the
+    /// socket cannot be set up.
     explicit Communicator(CommConfig cfg);
     /// Use a caller-provided transport (tests, AF_XDP).
     Communicator(CommConfig cfg, std::unique_ptr<Transport> transport);

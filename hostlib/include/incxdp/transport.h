@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // The datagram pipe between a worker and the switch. The Communicator only
-// sees this interface so an AF_XDP transport can replace the UDP socket.
+// sees this interface, so the UDP socket and the AF_XDP socket are
+// interchangeable (CommConfig::transport).
 #pragma once
 
 #include <chrono>
@@ -9,6 +10,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace incxdp {
 
@@ -28,12 +30,26 @@ class Transport {
     virtual size_t recv_batch(std::span<const std::span<std::byte>> bufs,
                               std::span<size_t> sizes) = 0;
 
+    /// Receive up to out.size() datagrams without blocking and without
+    /// copying them: out[i] views memory the transport owns and stays valid
+    /// until the next recv_views(), recv_batch() or wait() call. A datagram longer
+    /// than max_len may be cut to max_len + 1 bytes (still recognisably too
+    /// long). The default runs recv_batch() into buffers kept here; the UDP
+    /// (GRO) and AF_XDP transports hand out their own memory.
+    virtual size_t recv_views(std::span<std::span<const std::byte>> out, size_t max_len);
+
     /// Block until a datagram is readable (or, with want_send, the send
     /// buffer has room) or `timeout` passed. Spurious returns are allowed.
     virtual void wait(std::chrono::nanoseconds timeout, bool want_send) = 0;
 
     /// "udp 10.77.0.1:4000 -> 10.77.0.254:48880", for error messages.
     virtual std::string describe() const = 0;
+
+  private:
+    // recv_views() default: out.size() buffers of max_len + 1 bytes.
+    std::vector<std::byte> view_mem_;
+    std::vector<std::span<std::byte>> view_bufs_;
+    std::vector<size_t> view_sizes_;
 };
 
 struct UdpTransportConfig {
@@ -43,11 +59,50 @@ struct UdpTransportConfig {
     uint16_t remote_port = 0;    ///< switch UDP port
     int socket_buffer = 8 << 20; ///< SO_RCVBUF/SO_SNDBUF bytes (FORCE variants when root)
     size_t batch = 32;           ///< max datagrams per sendmmsg/recvmmsg
+    /// UDP_SEGMENT: runs of equal-size datagrams (the last may be shorter)
+    /// leave in one sendmsg, segmented once below the socket layer. Turned off
+    /// by itself if the kernel refuses it.
+    bool gso = true;
+    /// UDP_GRO: the kernel may hand over several datagrams of one flow as one
+    /// (they are split again here). Takes effect only where the receiving
+    /// interface has GRO on (`ethtool -K IF gro on`); on the star topology
+    /// it coalesced nothing even then (docs/PERF.md), hence off by default.
+    bool gro = false;
 };
 
 /// Non-blocking UDP socket bound to local_ip:local_port, sending with
 /// sendmmsg to remote_ip:remote_port and receiving from any source with
 /// recvmmsg. Throws std::system_error naming the address on failure.
 std::unique_ptr<Transport> make_udp_transport(const UdpTransportConfig &cfg);
+
+struct AfXdpTransportConfig {
+    std::string local_ip;           ///< the worker's address; selects the interface
+    uint16_t local_port = 0;        ///< the worker's UDP port (frames to it go to the socket)
+    std::string remote_ip;          ///< switch address; its MAC comes from the neighbour table
+    uint16_t remote_port = 0;       ///< switch UDP port
+    std::string ifname;             ///< interface; empty = the one holding local_ip
+    uint32_t queue = 0;             ///< rx queue the socket binds to
+    uint32_t frame_size = 4096;     ///< umem frame: one Ethernet frame each
+    uint32_t rx_frames = 1024;      ///< umem frames for receiving (fill ring)
+    uint32_t tx_frames = 1024;      ///< umem frames for sending
+    size_t batch = 64;              ///< descriptors per ring operation
+    size_t max_payload = 3500 - 28; ///< largest UDP payload that will be sent
+    /// Send by running incxdp_xsk with BPF_PROG_RUN live frames (the
+    /// frames reach the switch's XDP program without an skb, one redirect
+    /// flush per batch) instead of through the AF_XDP tx ring (copy mode:
+    /// one skb per frame, which veth copies again). docs/PERF.md.
+    bool tx_live_frames = true;
+};
+
+/// AF_XDP socket (copy mode, one umem) on the interface holding local_ip.
+/// Sends through its tx ring or, by default, as live XDP frames (above).
+/// While it exists, the interface runs incxdp_xsk: IPv4/UDP frames to
+/// local_ip:local_port go to the socket, all else to the stack. The program
+/// that was attached before (topologies attach incxdp_pass) is put back when
+/// the transport is destroyed; if there was none, incxdp_xsk stays, passing
+/// everything. Frames are built here: Ethernet (the switch's MAC from the
+/// neighbour table), IPv4 (checksum), UDP (checksum 0). Needs root
+/// (CAP_NET_ADMIN, CAP_BPF). Throws std::system_error naming the interface.
+std::unique_ptr<Transport> make_afxdp_transport(const AfXdpTransportConfig &cfg);
 
 } // namespace incxdp

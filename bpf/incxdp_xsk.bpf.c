@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause)
+/*
+ * libincxdp's AF_XDP transport (hostlib/src/afxdp_transport.cpp).
+ *
+ * incxdp_xsk runs on the worker's interface while the transport is open: the
+ * switch's results (IPv4/UDP to the worker's address and port) go to the
+ * AF_XDP socket of the rx queue they arrive on; everything else (ARP, ICMP,
+ * other ports, other hosts' traffic) goes to the stack, as with incxdp_pass.
+ * With no socket in the map (the transport closed or crashed) every frame
+ * passes, so the program may stay attached.
+ *
+ * The same program sends: the transport runs it with BPF_PROG_RUN and
+ * BPF_F_TEST_XDP_LIVE_FRAMES, where its frames come from the namespace's
+ * loopback device (ifindex 1, which never runs it otherwise). Each such run
+ * takes the next frame the host wrote into incxdp_tx_frames (mmapped) and
+ * redirects it out of the worker's interface as an xdp_frame. On veth that
+ * frame reaches the switch's XDP program without an skb (an AF_XDP
+ * copy-mode or UDP send builds an skb that veth must copy again into a page
+ * for XDP), and the kernel flushes the redirects once per batch of runs.
+ * One program for both, because BPF_PROG_RUN of an XDP program that is not
+ * attached anywhere adds it to and removes it from the kernel's XDP
+ * dispatcher on every call (a synchronize_rcu() each, under a global
+ * mutex); an attached program is already there (docs/PERF.md).
+ */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "parse.h"
+
+#define INCXDP_XSK_MAX_QUEUES 64
+#define LOOPBACK_IFINDEX 1
+/*
+ * incxdp_tx_frames entries: a __u32 frame length (host order) at offset 0,
+ * the frame at offset 4. The user side takes the sizes from the map.
+ * 3520 B bounds a slot (4096 - XDP_PACKET_HEADROOM - skb_shared_info); a
+ * live frame also holds the kernel's xdp_page_head, which leaves ~3408 B:
+ * the transport probes its largest frame when it starts.
+ */
+#define INCXDP_XSK_TX_SLOTS 512
+#define INCXDP_XSK_TX_FRAME_MAX 3520
+
+/* Set before load (network byte order): the worker's address and UDP port. */
+const volatile __u32 xsk_local_ip = 0;
+const volatile __u16 xsk_local_port = 0;
+/* Set before load: the interface sent frames leave by. */
+const volatile __u32 xsk_tx_ifindex = 0;
+
+/* Index of the next frame to send; the host sets it per batch. */
+__u32 xsk_tx_next = 0;
+
+struct tx_frame {
+	__u32 len;
+	__u8 data[INCXDP_XSK_TX_FRAME_MAX];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, INCXDP_XSK_TX_SLOTS);
+	__type(key, __u32);
+	__type(value, struct tx_frame);
+} incxdp_tx_frames SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, INCXDP_XSK_MAX_QUEUES);
+	__type(key, __u32);
+	__type(value, __u32);
+} incxdp_xsks SEC(".maps");
+
+enum {
+	XSK_STAT_REDIRECTED, /* handed to the socket */
+	XSK_STAT_NO_SOCKET,  /* ours, but no socket on this queue: passed */
+	XSK_STAT_PASSED,     /* not ours: passed */
+	XSK_STAT_SENT,       /* live frame redirected out of the interface */
+	XSK_STAT_TX_BAD,     /* live frame with a bad slot or length: dropped */
+	XSK_STAT_COUNT,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, XSK_STAT_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} incxdp_xsk_stats SEC(".maps");
+
+static __always_inline int count(__u32 what, int verdict)
+{
+	__u64 *c = bpf_map_lookup_elem(&incxdp_xsk_stats, &what);
+
+	if (c)
+		*c += 1;
+	return verdict;
+}
+
+static __always_inline int xsk_steer(struct xdp_md *ctx)
+{
+	struct cursor c;
+	struct ethhdr *eth;
+	struct iphdr *ip;
+	struct udphdr *udp;
+	int verdict;
+
+	cursor_init(&c, ctx);
+	eth = parse_eth(&c);
+	if (!eth || eth->h_proto != bpf_htons(ETH_P_IP))
+		return count(XSK_STAT_PASSED, XDP_PASS);
+	ip = parse_ipv4_plain(&c);
+	if (!ip || ip->protocol != IPPROTO_UDP || ip->daddr != xsk_local_ip)
+		return count(XSK_STAT_PASSED, XDP_PASS);
+	udp = parse_udp(&c);
+	if (!udp || udp->dest != xsk_local_port)
+		return count(XSK_STAT_PASSED, XDP_PASS);
+	verdict = bpf_redirect_map(&incxdp_xsks, ctx->rx_queue_index, XDP_PASS);
+	return count(verdict == XDP_REDIRECT ? XSK_STAT_REDIRECTED : XSK_STAT_NO_SOCKET, verdict);
+}
+
+/*
+ * One run per frame: the run's frame (the template passed to BPF_PROG_RUN,
+ * reset by the kernel before every run) is grown or cut to the queued
+ * frame's length and overwritten with it.
+ */
+static __always_inline int xsk_send(struct xdp_md *ctx)
+{
+	__u32 i = xsk_tx_next++ % INCXDP_XSK_TX_SLOTS;
+	struct tx_frame *f = bpf_map_lookup_elem(&incxdp_tx_frames, &i);
+	__u32 len;
+	int have;
+
+	if (!f)
+		return count(XSK_STAT_TX_BAD, XDP_DROP);
+	len = f->len;
+	if (len < ETH_HLEN || len > INCXDP_XSK_TX_FRAME_MAX)
+		return count(XSK_STAT_TX_BAD, XDP_DROP);
+	have = (int)bpf_xdp_get_buff_len(ctx);
+	if (bpf_xdp_adjust_tail(ctx, (int)len - have))
+		return count(XSK_STAT_TX_BAD, XDP_DROP);
+	if (bpf_xdp_store_bytes(ctx, 0, f->data, len))
+		return count(XSK_STAT_TX_BAD, XDP_DROP);
+	return count(XSK_STAT_SENT, bpf_redirect(xsk_tx_ifindex, 0));
+}
+
+SEC("xdp")
+int incxdp_xsk(struct xdp_md *ctx)
+{
+	if (ctx->ingress_ifindex == LOOPBACK_IFINDEX)
+		return xsk_send(ctx);
+	return xsk_steer(ctx);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

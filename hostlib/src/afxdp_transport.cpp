@@ -1,0 +1,564 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// The AF_XDP transport: one umem and one XDP socket per worker (copy mode,
+// which is what veth offers), incxdp_xsk steering the worker's UDP port to
+// it, frames built and parsed here (frame.h). docs/HOSTLIB.md §5,
+// docs/PERF.md.
+#include <incxdp/transport.h>
+
+#include "frame.h"
+#include "incxdp_xsk.skel.h"
+
+#include <arpa/inet.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <fmt/format.h>
+#include <ifaddrs.h>
+#include <linux/if_link.h>
+#include <linux/if_xdp.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <xdp/xsk.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <system_error>
+#include <vector>
+
+#ifndef SOL_XDP
+#define SOL_XDP 283
+#endif
+#ifndef XDP_MAX_TX_SKB_BUDGET
+#define XDP_MAX_TX_SKB_BUDGET 9 // Linux 6.17+: frames per sendto in copy mode (default 32)
+#endif
+
+namespace incxdp {
+namespace {
+
+using detail::FrameAddrs;
+using detail::FrameStack;
+using detail::FrameTemplate;
+using detail::kFrameHdrLen;
+using detail::Mac;
+
+[[noreturn]] void fail(int err, const std::string &what) {
+    throw std::system_error(err, std::generic_category(), what);
+}
+
+uint32_t parse_ipv4(const std::string &ip, const char *what) {
+    in_addr a{};
+    if (inet_pton(AF_INET, ip.c_str(), &a) != 1)
+        throw std::invalid_argument(
+            fmt::format("afxdp transport: {} '{}' is not an IPv4 address", what, ip));
+    return a.s_addr;
+}
+
+uint32_t pow2_at_least(uint32_t n) {
+    uint32_t p = 1;
+    while (p < n)
+        p <<= 1;
+    return p;
+}
+
+// The interface that holds `ip` in this network namespace.
+std::string iface_of(uint32_t ip, const std::string &text) {
+    ifaddrs *list = nullptr;
+    if (getifaddrs(&list) < 0)
+        fail(errno, "afxdp transport: getifaddrs");
+    std::string name;
+    for (ifaddrs *i = list; i; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+            reinterpret_cast<sockaddr_in *>(i->ifa_addr)->sin_addr.s_addr == ip) {
+            name = i->ifa_name;
+            break;
+        }
+    freeifaddrs(list);
+    if (name.empty())
+        fail(EADDRNOTAVAIL, fmt::format("afxdp transport: no interface holds {} (run in the "
+                                        "worker's netns?)",
+                                        text));
+    return name;
+}
+
+Mac parse_mac(const std::string &s) {
+    Mac m{};
+    unsigned v[6];
+    if (std::sscanf(s.c_str(), "%x:%x:%x:%x:%x:%x", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]) != 6)
+        throw std::invalid_argument("bad MAC " + s);
+    for (int i = 0; i < 6; ++i)
+        m[size_t(i)] = uint8_t(v[i]);
+    return m;
+}
+
+// The switch's MAC: its complete (or permanent) entry in this namespace's
+// neighbour table on `ifname`. Topologies install one (the switch never
+// answers ARP).
+Mac neighbour_mac(const std::string &ip, const std::string &ifname) {
+    std::ifstream f("/proc/net/arp");
+    std::string line;
+    std::getline(f, line); // header
+    while (std::getline(f, line)) {
+        std::istringstream is(line);
+        std::string addr, hwtype, flags, mac, mask, dev;
+        if (!(is >> addr >> hwtype >> flags >> mac >> mask >> dev))
+            continue;
+        if (addr == ip && dev == ifname && (std::stoul(flags, nullptr, 16) & 0x2 /* ATF_COM */))
+            return parse_mac(mac);
+    }
+    fail(EHOSTUNREACH,
+         fmt::format("afxdp transport: no neighbour entry for the switch {} on {} (AF_XDP "
+                     "frames need its MAC: `ip neigh replace {} lladdr MAC dev {} nud permanent`)",
+                     ip, ifname, ip, ifname));
+}
+
+struct IfInfo {
+    unsigned index = 0;
+    Mac mac{};
+    uint32_t mtu = 0;
+};
+
+IfInfo iface_info(const std::string &ifname) {
+    IfInfo info;
+    info.index = if_nametoindex(ifname.c_str());
+    if (info.index == 0)
+        fail(errno, fmt::format("afxdp transport: interface {}", ifname));
+    int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        fail(errno, "afxdp transport: socket for ioctl");
+    ifreq r{};
+    std::snprintf(r.ifr_name, IFNAMSIZ, "%s", ifname.c_str());
+    int err = ioctl(fd, SIOCGIFHWADDR, &r) < 0 ? errno : 0;
+    if (!err)
+        std::memcpy(info.mac.data(), r.ifr_hwaddr.sa_data, 6);
+    if (!err)
+        err = ioctl(fd, SIOCGIFMTU, &r) < 0 ? errno : 0;
+    info.mtu = uint32_t(r.ifr_mtu);
+    ::close(fd);
+    if (err)
+        fail(err, fmt::format("afxdp transport: MAC/MTU of {}", ifname));
+    return info;
+}
+
+class AfXdpTransport final : public Transport {
+  public:
+    explicit AfXdpTransport(const AfXdpTransportConfig &cfg)
+        : cfg_(cfg),
+          tx_free_(cfg.rx_frames, cfg.tx_live_frames ? 0 : cfg.tx_frames, cfg.frame_size) {
+        uint32_t local = parse_ipv4(cfg.local_ip, "local address");
+        uint32_t remote = parse_ipv4(cfg.remote_ip, "switch address");
+        ifname_ = cfg.ifname.empty() ? iface_of(local, cfg.local_ip) : cfg.ifname;
+        IfInfo info = iface_info(ifname_);
+        ifindex_ = int(info.index);
+        mtu_ = info.mtu;
+        describe_ = fmt::format("afxdp {}:{} -> {}:{} on {} queue {}", cfg.local_ip, cfg.local_port,
+                                cfg.remote_ip, cfg.remote_port, ifname_, cfg.queue);
+        if (kFrameHdrLen + cfg.max_payload > cfg.frame_size ||
+            (info.mtu && 28 + cfg.max_payload > info.mtu))
+            throw std::invalid_argument(
+                fmt::format("{}: {} B payloads do not fit a {} B umem frame or the MTU {}",
+                            describe_, cfg.max_payload, cfg.frame_size, info.mtu));
+        FrameAddrs a;
+        a.src_mac = info.mac;
+        a.dst_mac = neighbour_mac(cfg.remote_ip, ifname_);
+        a.src_ip = local;
+        a.dst_ip = remote;
+        a.src_port = cfg.local_port;
+        a.dst_port = cfg.remote_port;
+        tmpl_.emplace(a);
+        try {
+            setup();
+        } catch (...) {
+            teardown();
+            throw;
+        }
+    }
+
+    ~AfXdpTransport() override { teardown(); }
+
+    size_t send_batch(std::span<const std::span<const std::byte>> pkts) override {
+        if (live_mem_)
+            return send_live(pkts);
+        reap_completions();
+        uint32_t want = uint32_t(std::min({pkts.size(), tx_free_.available(), cfg_.batch}));
+        uint32_t idx = 0;
+        uint32_t n = want ? xsk_ring_prod__reserve(&tx_, want, &idx) : 0;
+        for (uint32_t i = 0; i < n; ++i) {
+            const auto &p = pkts[i];
+            uint64_t addr = *tx_free_.pop();
+            auto *frame = static_cast<std::byte *>(xsk_umem__get_data(umem_area_, addr));
+            size_t len = std::min(p.size(), cfg_.max_payload);
+            tmpl_->write(frame, len);
+            std::memcpy(frame + kFrameHdrLen, p.data(), len);
+            xdp_desc *d = xsk_ring_prod__tx_desc(&tx_, idx + i);
+            d->addr = addr;
+            d->len = uint32_t(kFrameHdrLen + len);
+        }
+        if (n) {
+            xsk_ring_prod__submit(&tx_, n);
+            kick_tx();
+        }
+        return n;
+    }
+
+    size_t recv_views(std::span<std::span<const std::byte>> out, size_t) override {
+        release_rx();
+        reap_completions();
+        uint32_t idx = 0;
+        uint32_t n = xsk_ring_cons__peek(&rx_, uint32_t(std::min(out.size(), cfg_.batch)), &idx);
+        held_ = n;
+        size_t k = 0;
+        for (uint32_t i = 0; i < n; ++i) {
+            const xdp_desc *d = xsk_ring_cons__rx_desc(&rx_, idx + i);
+            held_addrs_[i] = d->addr;
+            std::span<const std::byte> frame(
+                static_cast<const std::byte *>(xsk_umem__get_data(umem_area_, d->addr)), d->len);
+            // incxdp_xsk steers only our flow here; anything else is skipped.
+            if (auto payload =
+                    detail::udp_payload_to(frame, tmpl_->addrs().src_ip, cfg_.local_port))
+                out[k++] = *payload;
+        }
+        return k;
+    }
+
+    size_t recv_batch(std::span<const std::span<std::byte>> bufs,
+                      std::span<size_t> sizes) override {
+        size_t n = std::min(bufs.size(), sizes.size());
+        tmp_views_.resize(n);
+        n = recv_views(std::span(tmp_views_).first(n), 0);
+        for (size_t i = 0; i < n; ++i) {
+            sizes[i] = tmp_views_[i].size();
+            std::memcpy(bufs[i].data(), tmp_views_[i].data(),
+                        std::min(tmp_views_[i].size(), bufs[i].size()));
+        }
+        return n;
+    }
+
+    void wait(std::chrono::nanoseconds timeout, bool want_send) override {
+        // Frames of the last receive go back first, or the kernel may run
+        // out of fill-ring frames while we sleep.
+        release_rx();
+        pollfd p{xsk_socket__fd(xsk_), short(POLLIN | (want_send ? POLLOUT : 0)), 0};
+        auto ns = std::max<int64_t>(timeout.count(), 0);
+        timespec ts{time_t(ns / 1000000000), long(ns % 1000000000)};
+        if (::ppoll(&p, 1, &ts, nullptr) < 0 && errno != EINTR)
+            fail(errno, fmt::format("{}: ppoll", describe_));
+        if (want_send && !live_mem_)
+            kick_tx();
+    }
+
+    std::string describe() const override { return describe_; }
+
+  private:
+    // Frames into the mmapped incxdp_tx_frames slots, then one BPF_PROG_RUN
+    // of incxdp_xsk (attached, see incxdp_xsk.bpf.c) that redirects each of
+    // them out of the interface.
+    size_t send_live(std::span<const std::span<const std::byte>> pkts) {
+        size_t n = std::min({pkts.size(), size_t(live_slots_), std::max<size_t>(cfg_.batch, 1)});
+        for (size_t i = 0; i < n; ++i) {
+            std::byte *e = live_mem_ + size_t((live_next_ + i) % live_slots_) * live_elem_;
+            size_t len = std::min(pkts[i].size(), cfg_.max_payload);
+            uint32_t frame_len = uint32_t(kFrameHdrLen + len);
+            std::memcpy(e, &frame_len, 4); // the map value: __u32 length, then the frame
+            tmpl_->write(e + 4, len);
+            std::memcpy(e + 4 + kFrameHdrLen, pkts[i].data(), len);
+        }
+        if (n == 0)
+            return 0;
+        skel_->bss->xsk_tx_next = live_next_;
+        if (int err = run_live(n)) {
+            if (err == -EINTR || err == -EAGAIN || err == -ENOMEM)
+                return 0; // the caller retries after wait()
+            fail(-err, fmt::format("{}: BPF_PROG_RUN incxdp_xsk (live frames)", describe_));
+        }
+        live_next_ = uint32_t((live_next_ + n) % live_slots_);
+        return n;
+    }
+
+    // Map incxdp_tx_frames and check that our largest frame fits a live
+    // frame.
+    void setup_live(uint32_t mtu) {
+        bpf_map *m = skel_->maps.incxdp_tx_frames;
+        uint32_t value = bpf_map__value_size(m);
+        live_slots_ = bpf_map__max_entries(m);
+        live_elem_ = (size_t(value) + 7) & ~size_t(7); // array elements are 8-byte aligned
+        size_t page = size_t(sysconf(_SC_PAGESIZE));
+        live_map_size_ = (live_elem_ * live_slots_ + page - 1) / page * page;
+        void *mem =
+            mmap(nullptr, live_map_size_, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(m), 0);
+        if (mem == MAP_FAILED)
+            fail(errno, fmt::format("{}: mmap incxdp_tx_frames", describe_));
+        live_mem_ = static_cast<std::byte *>(mem);
+        // A live frame lives in one page after XDP_PACKET_HEADROOM, the
+        // kernel's xdp_page_head and skb_shared_info: ~3408 B on x86-64 (6.x).
+        size_t max_frame = kFrameHdrLen + cfg_.max_payload;
+        if (max_frame > value - 4 || (mtu && max_frame > mtu + 14))
+            throw std::invalid_argument(
+                fmt::format("{}: {} B frames exceed the live-frame slots ({} B) or the MTU; "
+                            "use the tx ring",
+                            describe_, max_frame, value - 4));
+        // Probe once with a template of the largest frame: too long for a
+        // page fails here with EINVAL rather than dropping every frame later
+        // (the probe's slot has length 0, so incxdp_xsk drops it).
+        live_template_.assign(max_frame, std::byte{0});
+        tmpl_->write(live_template_.data(), max_frame - kFrameHdrLen);
+        uint32_t zero = 0;
+        std::memcpy(live_mem_, &zero, 4);
+        skel_->bss->xsk_tx_next = 0;
+        if (int err = run_live(1))
+            fail(-err, fmt::format("{}: BPF_PROG_RUN live frames of {} B{}", describe_, max_frame,
+                                   err == -EINVAL ? " (longer than fits one page?); use the tx ring"
+                                                  : ""));
+        live_next_ = 1;
+        // Runs start from the headers alone: the kernel copies the template
+        // into every fresh page of its page pool, and incxdp_xsk grows the
+        // frame to each packet's length anyway.
+        live_template_.resize(kFrameHdrLen);
+    }
+
+    int run_live(size_t n) {
+        bpf_test_run_opts o{};
+        o.sz = sizeof(o);
+        o.data_in = live_template_.data();
+        o.data_size_in = uint32_t(live_template_.size());
+        o.repeat = int(n);
+        o.flags = BPF_F_TEST_XDP_LIVE_FRAMES;
+        o.batch_size = uint32_t(std::min<size_t>(n, 256));
+        return bpf_prog_test_run_opts(bpf_program__fd(skel_->progs.incxdp_xsk), &o);
+    }
+
+    void setup() {
+        // Live-frame sending needs no umem frames of its own.
+        size_t frames = size_t(cfg_.rx_frames) + (cfg_.tx_live_frames ? 0 : cfg_.tx_frames);
+        umem_size_ = frames * cfg_.frame_size;
+        void *mem = mmap(nullptr, umem_size_, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+        if (mem == MAP_FAILED)
+            fail(errno, fmt::format("{}: mmap umem of {} B", describe_, umem_size_));
+        umem_area_ = mem;
+
+        xsk_umem_config ucfg{};
+        ucfg.fill_size = pow2_at_least(cfg_.rx_frames);
+        ucfg.comp_size = pow2_at_least(cfg_.tx_frames);
+        ucfg.frame_size = cfg_.frame_size;
+        ucfg.frame_headroom = 0;
+        ucfg.flags = 0;
+        if (int err = xsk_umem__create(&umem_, umem_area_, umem_size_, &fill_, &comp_, &ucfg))
+            fail(-err, fmt::format("{}: create umem", describe_));
+
+        // Our program, loaded before the socket so the socket can enter its map.
+        skel_ = incxdp_xsk__open();
+        if (!skel_)
+            fail(errno, fmt::format("{}: open incxdp_xsk", describe_));
+        skel_->rodata->xsk_local_ip = tmpl_->addrs().src_ip;
+        skel_->rodata->xsk_local_port = htons(cfg_.local_port);
+        skel_->rodata->xsk_tx_ifindex = uint32_t(ifindex_);
+        if (int err = incxdp_xsk__load(skel_))
+            fail(-err, fmt::format("{}: load incxdp_xsk (needs CAP_BPF)", describe_));
+
+        xsk_socket_config scfg{};
+        scfg.rx_size = pow2_at_least(cfg_.rx_frames);
+        scfg.tx_size = pow2_at_least(cfg_.tx_frames);
+        scfg.libxdp_flags = XSK_LIBXDP_FLAGS__INHIBIT_PROG_LOAD;
+        scfg.xdp_flags = XDP_FLAGS_DRV_MODE;
+        scfg.bind_flags = XDP_COPY | XDP_USE_NEED_WAKEUP;
+        // EBUSY: the queue still holds the buffer pool of a socket closed a
+        // moment ago (the kernel releases it from a work item), e.g. the
+        // previous worker process on this interface. It clears in
+        // milliseconds; give it a few seconds.
+        int err = 0;
+        for (int attempt = 0; attempt < 150; ++attempt) {
+            err = xsk_socket__create(&xsk_, ifname_.c_str(), cfg_.queue, umem_, &rx_,
+                                     cfg_.tx_live_frames ? nullptr : &tx_, &scfg);
+            if (err != -EBUSY)
+                break;
+            xsk_ = nullptr;
+            ::usleep(20000);
+        }
+        if (err)
+            fail(-err, fmt::format("{}: create AF_XDP socket (copy mode){}", describe_,
+                                   err == -EBUSY ? " (queue still busy: another AF_XDP socket "
+                                                   "on it?)"
+                                                 : ""));
+        // More frames per sendto in copy mode where the kernel allows it.
+        int budget = int(std::max<size_t>(cfg_.batch, 32));
+        (void)setsockopt(xsk_socket__fd(xsk_), SOL_XDP, XDP_MAX_TX_SKB_BUDGET, &budget,
+                         sizeof(budget));
+
+        // Every rx frame starts in the fill ring.
+        uint32_t idx = 0;
+        if (xsk_ring_prod__reserve(&fill_, cfg_.rx_frames, &idx) != cfg_.rx_frames)
+            fail(ENOSPC, fmt::format("{}: fill ring", describe_));
+        for (uint32_t i = 0; i < cfg_.rx_frames; ++i)
+            *xsk_ring_prod__fill_addr(&fill_, idx + i) = uint64_t(i) * cfg_.frame_size;
+        xsk_ring_prod__submit(&fill_, cfg_.rx_frames);
+        held_addrs_.resize(std::max<size_t>(cfg_.batch, 1));
+
+        int map_fd = bpf_map__fd(skel_->maps.incxdp_xsks);
+        uint32_t key = cfg_.queue;
+        int xfd = xsk_socket__fd(xsk_);
+        if (bpf_map_update_elem(map_fd, &key, &xfd, BPF_ANY) < 0)
+            fail(errno, fmt::format("{}: add the socket to incxdp_xsks", describe_));
+        if (cfg_.tx_live_frames)
+            setup_live(mtu_);
+        attach();
+    }
+
+    // Swap incxdp_xsk in for the interface's program in one step
+    // (XDP_FLAGS_REPLACE with the old program's fd), so frames the switch
+    // redirects here always find a program.
+    void attach() {
+        bpf_xdp_query_opts q{};
+        q.sz = sizeof(q);
+        if (int err = bpf_xdp_query(ifindex_, 0, &q))
+            fail(-err, fmt::format("{}: query XDP program", describe_));
+        mode_ = q.skb_prog_id && !q.drv_prog_id ? XDP_FLAGS_SKB_MODE : XDP_FLAGS_DRV_MODE;
+        uint32_t old_id = mode_ == XDP_FLAGS_SKB_MODE ? q.skb_prog_id : q.drv_prog_id;
+        int prog_fd = bpf_program__fd(skel_->progs.incxdp_xsk);
+        bpf_xdp_attach_opts o{};
+        o.sz = sizeof(o);
+        uint32_t flags = mode_;
+        if (old_id) {
+            old_fd_ = bpf_prog_get_fd_by_id(old_id);
+            if (old_fd_ < 0)
+                fail(errno, fmt::format("{}: fd of XDP program {}", describe_, old_id));
+            o.old_prog_fd = old_fd_;
+            flags |= XDP_FLAGS_REPLACE;
+        } else {
+            flags |= XDP_FLAGS_UPDATE_IF_NOEXIST;
+        }
+        if (int err = bpf_xdp_attach(ifindex_, prog_fd, flags, &o))
+            fail(-err, fmt::format("{}: attach incxdp_xsk{} (another AF_XDP transport or XDP "
+                                   "tool changed the interface?)",
+                                   describe_, old_id ? " in place of the current program" : ""));
+        attached_ = true;
+    }
+
+    // Put the previous program back (only if ours is still the one
+    // attached); without one, ours stays: with no socket it passes all.
+    void detach() {
+        if (!attached_)
+            return;
+        attached_ = false;
+        if (old_fd_ < 0)
+            return;
+        bpf_xdp_attach_opts o{};
+        o.sz = sizeof(o);
+        o.old_prog_fd = bpf_program__fd(skel_->progs.incxdp_xsk);
+        int err = bpf_xdp_attach(ifindex_, old_fd_, mode_ | XDP_FLAGS_REPLACE, &o);
+        if (err)
+            std::fprintf(stderr, "incxdp: %s: could not restore the previous XDP program: %s\n",
+                         describe_.c_str(), std::strerror(-err));
+    }
+
+    void teardown() {
+        detach();
+        if (live_mem_)
+            munmap(live_mem_, live_map_size_);
+        live_mem_ = nullptr;
+        if (xsk_)
+            xsk_socket__delete(xsk_);
+        xsk_ = nullptr;
+        if (umem_)
+            xsk_umem__delete(umem_);
+        umem_ = nullptr;
+        if (umem_area_)
+            munmap(umem_area_, umem_size_);
+        umem_area_ = nullptr;
+        if (skel_)
+            incxdp_xsk__destroy(skel_);
+        skel_ = nullptr;
+        if (old_fd_ >= 0)
+            ::close(old_fd_);
+        old_fd_ = -1;
+    }
+
+    // Hand the frames of the last receive back to the kernel's fill ring.
+    void release_rx() {
+        if (!held_)
+            return;
+        uint32_t idx = 0;
+        uint32_t n = xsk_ring_prod__reserve(&fill_, held_, &idx);
+        // The fill ring holds every rx frame, so there is always room.
+        for (uint32_t i = 0; i < n; ++i)
+            *xsk_ring_prod__fill_addr(&fill_, idx + i) =
+                held_addrs_[i] & ~uint64_t(cfg_.frame_size - 1);
+        xsk_ring_prod__submit(&fill_, n);
+        xsk_ring_cons__release(&rx_, held_);
+        held_ = 0;
+    }
+
+    void reap_completions() {
+        uint32_t idx = 0;
+        uint32_t n = xsk_ring_cons__peek(&comp_, tx_free_.capacity(), &idx);
+        for (uint32_t i = 0; i < n; ++i)
+            tx_free_.push(*xsk_ring_cons__comp_addr(&comp_, idx + i));
+        if (n)
+            xsk_ring_cons__release(&comp_, n);
+    }
+
+    // Copy mode sends only inside sendto(), at most a budget of frames per
+    // call: call again while the kernel takes frames.
+    void kick_tx() {
+        for (int i = 0; i < 64; ++i) {
+            if (xsk_prod_nb_free(&tx_, tx_.size) == tx_.size) // ring empty: all taken
+                return;
+            uint32_t before = *tx_.consumer;
+            if (::sendto(xsk_socket__fd(xsk_), nullptr, 0, MSG_DONTWAIT, nullptr, 0) >= 0)
+                continue;
+            if (errno == EAGAIN || errno == EBUSY || errno == ENOBUFS || errno == EINTR) {
+                // EBUSY: the device dropped a frame (a retransmission recovers it).
+                if (*tx_.consumer == before)
+                    return; // no progress: wait for POLLOUT
+                continue;
+            }
+            if (errno == ENETDOWN || errno == ENXIO)
+                return; // link down: the retransmission timer keeps trying
+            fail(errno, fmt::format("{}: sendto (tx kick)", describe_));
+        }
+    }
+
+    AfXdpTransportConfig cfg_;
+    std::string ifname_, describe_;
+    int ifindex_ = 0;
+    uint32_t mtu_ = 0;
+    std::optional<FrameTemplate> tmpl_;
+    FrameStack tx_free_; ///< tx frames follow the rx frames in the umem
+
+    void *umem_area_ = nullptr;
+    size_t umem_size_ = 0;
+    xsk_umem *umem_ = nullptr;
+    xsk_socket *xsk_ = nullptr;
+    xsk_ring_prod fill_{}, tx_{};
+    xsk_ring_cons comp_{}, rx_{};
+    incxdp_xsk *skel_ = nullptr;
+
+    uint32_t mode_ = XDP_FLAGS_DRV_MODE;
+    int old_fd_ = -1;
+    bool attached_ = false;
+
+    // Live-frame sending (tx_live_frames).
+    std::byte *live_mem_ = nullptr; ///< incxdp_tx_frames, mmapped
+    size_t live_map_size_ = 0, live_elem_ = 0;
+    uint32_t live_slots_ = 0, live_next_ = 0;
+    std::vector<std::byte> live_template_;
+
+    uint32_t held_ = 0; ///< rx descriptors handed out by the last receive
+    std::vector<uint64_t> held_addrs_;
+    std::vector<std::span<const std::byte>> tmp_views_;
+};
+
+} // namespace
+
+std::unique_ptr<Transport> make_afxdp_transport(const AfXdpTransportConfig &cfg) {
+    return std::make_unique<AfXdpTransport>(cfg);
+}
+
+} // namespace incxdp
