@@ -94,7 +94,7 @@ TEST(Topology, ParsesStar) {
     EXPECT_EQ(j.switch_name, "sw");
     EXPECT_EQ(j.workers, (std::vector<std::string>{"w0", "w1", "w2", "w3"}));
     EXPECT_EQ(j.worker_port, 4000);
-    EXPECT_EQ(j.slots, 256u);
+    EXPECT_EQ(j.slots, 128u);
 
     EXPECT_EQ(t.switch_port_for("sw", "w3").name, "p-w3");
     EXPECT_EQ(&t.host_iface_for("w1", "sw"), &t.node("w1").ifaces[0]);
