@@ -119,7 +119,7 @@ class Runner:
         self.logdir = os.path.join(args.out, "logs")
         os.makedirs(self.logdir, exist_ok=True)
         self.bin = {
-            "incxdp": os.path.join(args.build_dir, "hostlib", "incxdp-bench"),
+            "incxdp": os.path.join(args.build_dir, "bench", "incxdp-bench"),
             "gloo": os.path.join(args.build_dir, "bench", "gloo-allreduce"),
             "mpi": os.path.join(args.build_dir, "bench", "mpi-allreduce"),
             "ix": os.path.join(args.build_dir, "loader", "incxdp"),

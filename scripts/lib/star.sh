@@ -16,7 +16,7 @@ RANKS=(0 1 2 3)
 export BUILD_DIR=${BUILD_DIR:-build}
 IX=$BUILD_DIR/loader/incxdp
 WORKER=$BUILD_DIR/hostlib/incxdp-worker
-BENCH=$BUILD_DIR/hostlib/incxdp-bench
+BENCH=$BUILD_DIR/bench/incxdp-bench
 
 if [[ -z ${STAR_CHAOS:-} ]]; then
   STAR_CHAOS=

@@ -44,12 +44,7 @@ int32_t elem(const Bytes &f, size_t payload, size_t i) {
 
 } // namespace
 
-const char *gap_name(int bit) {
-    static const char *names[kGapCount] = {"switchml_size_gt_3", "ip_udp_length"};
-    return bit >= 0 && bit < kGapCount ? names[bit] : "?";
-}
-
-Model::Model(bool strict) : strict_(strict), slots_(kSlotEntries) {
+Model::Model() : slots_(kSlotEntries) {
     std::memset(slots_.data(), 0, slots_.size() * sizeof(incxdp_slot));
     for (const auto &j : kJobs)
         jobs_[j.id] = job_entry(j);
@@ -63,7 +58,7 @@ void Model::reset_pool(const JobDef &j) {
 }
 
 // WIRE.md §1 and proto.h: header checks and payload length; no state.
-std::optional<Decoded> Model::decode(const Bytes &f, bool switchml, uint32_t &gaps) const {
+std::optional<Decoded> Model::decode(const Bytes &f, bool switchml) const {
     Decoded d;
     d.switchml = switchml;
     // A program without xdp.frags sees only the linear part of a test frame:
@@ -81,8 +76,8 @@ std::optional<Decoded> Model::decode(const Bytes &f, bool switchml, uint32_t &ga
         if (pool & 0x4000)
             return std::nullopt;
         uint8_t size = f[h] & 0x7; // bit 3 is "unused"
-        if (size > SWITCHML_SIZE_MAX)
-            gaps |= GAP_SWITCHML_SIZE;
+        if (size > SWITCHML_SIZE_MAX) // WIRE.md: 0..3
+            return std::nullopt;
         d.nelems = uint16_t(32u << size);
         d.slot = pool & SWITCHML_POOL_INDEX_MASK;
         d.set = (pool & SWITCHML_POOL_SET_BIT) ? 1 : 0;
@@ -123,11 +118,7 @@ std::optional<Decoded> Model::decode(const Bytes &f, bool switchml, uint32_t &ga
     // The datagram, by its own length fields, must hold the payload too.
     const size_t ip_len = get16(f, kIpTotLen), udp_len = get16(f, kUdpLen);
     if (ip_len < 28 || kEth + ip_len > n || udp_len != ip_len - 20 || udp_len < 8 + need)
-        gaps |= GAP_LENGTHS;
-    if (strict_ && gaps) {
-        strict_gaps_ = gaps;
         return std::nullopt;
-    }
     return d;
 }
 
@@ -138,8 +129,6 @@ Prediction Model::apply(const Bytes &f) {
         p.stat = stat;
         p.verdict = v;
         p.check_out = v == XDP_PASS;
-        if (stat == INCXDP_STAT_MALFORMED) // refused anyway: no gap was needed
-            p.gaps = 0;
         return p;
     };
     const size_t n = f.size();
@@ -157,9 +146,7 @@ Prediction Model::apply(const Bytes &f) {
         return verdict(INCXDP_STAT_PASS, XDP_PASS);
 
     // 2. Decode.
-    strict_gaps_ = 0;
-    auto k = decode(f, switchml, p.gaps);
-    p.strict_gaps = strict_gaps_;
+    auto k = decode(f, switchml);
     if (!k)
         return verdict(INCXDP_STAT_MALFORMED, XDP_DROP);
 

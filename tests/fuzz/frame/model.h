@@ -3,10 +3,6 @@
 // docs/ENGINE.md and docs/WIRE.md §1, not from the BPF code. For each frame
 // it predicts the counter, the verdict, the output frame and the slot array
 // after it; the fuzzer compares all four with the engine.
-//
-// Where the engine is known to accept what the wire spec refuses, the model
-// follows the engine unless `strict` is set, and names the gap in
-// Prediction::gaps so the driver can count it (see docs/FUZZING.md).
 #pragma once
 
 #include "world.h"
@@ -22,21 +18,11 @@
 
 namespace incxdp::fuzz {
 
-// Spec rules the engine does not enforce yet, as bits of Prediction::gaps.
-enum Gap : uint32_t {
-    GAP_SWITCHML_SIZE = 1u << 0, // SwitchML size code 4..7 (WIRE.md: 0..3)
-    GAP_LENGTHS = 1u << 1,       // IPv4 total / UDP length do not cover the payload
-};
-constexpr int kGapCount = 2;
-const char *gap_name(int bit);
-
 struct Prediction {
     int stat = INCXDP_STAT_PASS;
     int verdict = 0;          // XDP_*
     Bytes out;                // expected output (PASS: the input; TX/REDIRECT: the result)
     bool check_out = false;   // out is exact for this verdict
-    uint32_t gaps = 0;        // spec rules this frame breaks that the engine accepts
-    uint32_t strict_gaps = 0; // --strict: the gaps that made the model refuse it
     // For TX/REDIRECT: where the result sits, for reports.
     uint32_t slot_index = 0;
     uint8_t set = 0;
@@ -54,7 +40,7 @@ struct Decoded {
 
 class Model {
   public:
-    explicit Model(bool strict);
+    Model();
 
     // Predicts the engine's handling of `frame` and applies it to the slots.
     Prediction apply(const Bytes &frame);
@@ -75,10 +61,8 @@ class Model {
     };
     using SenderKey = std::tuple<std::array<uint8_t, 6>, uint32_t, uint16_t>; // mac, ip, port
 
-    std::optional<Decoded> decode(const Bytes &f, bool switchml, uint32_t &gaps) const;
+    std::optional<Decoded> decode(const Bytes &f, bool switchml) const;
 
-    bool strict_;
-    mutable uint32_t strict_gaps_ = 0;
     std::vector<incxdp_slot> slots_;
     std::map<SenderKey, Sender> senders_;
     std::map<uint32_t, incxdp_job> jobs_;
