@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// incxdp-bench: allreduce size sweep. Every rank of the job runs it with
-// the same flags; rank 0 prints size | median time | algbw.
+// incxdp-bench: size sweep of one collective (allreduce by default; reduce,
+// broadcast, barrier with --prim). Every rank of the job runs it with the
+// same flags; rank 0 prints size | median time | algbw.
 #include "tool_common.h"
 
 #include <fmt/format.h>
@@ -20,6 +21,7 @@ namespace {
 
 struct Options {
     BootstrapOptions boot;
+    CollectiveOptions coll;
     std::string sizes; // explicit list overrides the sweep
     std::string min_size = "4K";
     std::string max_size = "64M";
@@ -49,6 +51,8 @@ double median_of(std::vector<double> v) {
 }
 
 std::vector<uint64_t> sweep(const Options &o) {
+    if (parse_prim(o.coll.prim) == Prim::Barrier)
+        return {0}; // no data: one row
     if (!o.sizes.empty())
         return parse_size_list(o.sizes);
     std::vector<uint64_t> v;
@@ -62,12 +66,13 @@ template <typename T>
 Row measure(Communicator &comm, const Options &o, uint64_t bytes, std::vector<T> &send,
             std::vector<T> &recv, DType dtype, ReduceOp op) {
     size_t count = bytes / 4;
+    Prim prim = parse_prim(o.coll.prim);
     std::vector<double> times, cpus;
     Row row{bytes, 0, 0, 0, 0};
     for (uint32_t it = 0; it < o.warmup + o.iters; ++it) {
         comm.barrier();
         double c0 = process_cpu_seconds();
-        comm.allreduce(send.data(), recv.data(), count, dtype, op);
+        run_collective(comm, prim, o.coll.root, send.data(), recv.data(), count, dtype, op);
         double c1 = process_cpu_seconds();
         if (it >= o.warmup) {
             times.push_back(comm.last_stats().seconds);
@@ -91,6 +96,7 @@ std::vector<Row> run(Communicator &comm, const Options &o, const std::vector<uin
     uint64_t largest = *std::max_element(sizes.begin(), sizes.end());
     std::vector<T> send(largest / 4), recv(largest / 4);
     fill(std::span<T>(send), o.boot.seed, comm.config().rank);
+    recv = send; // broadcast works in place on recv
     std::vector<Row> rows;
     bool human = comm.config().rank == 0 && !o.boot.json;
     if (human) {
@@ -114,9 +120,10 @@ std::vector<Row> run(Communicator &comm, const Options &o, const std::vector<uin
 } // namespace
 
 int main(int argc, char **argv) {
-    CLI::App app{"incxdp-bench: allreduce size sweep (run on every rank; rank 0 reports)"};
+    CLI::App app{"incxdp-bench: collective size sweep (run on every rank; rank 0 reports)"};
     Options o;
     add_bootstrap_options(app, o.boot);
+    add_collective_options(app, o.coll);
     app.add_option("--sizes", o.sizes,
                    "Comma-separated sizes (e.g. 4K,1M,64M); overrides the sweep");
     app.add_option("--min-size", o.min_size, "Smallest size of the sweep")->capture_default_str();
@@ -140,9 +147,14 @@ int main(int argc, char **argv) {
         Communicator comm(cfg);
         if (cfg.rank == 0 && !o.boot.json)
             fmt::print(
-                "incxdp-bench: job {}, {} ranks, {} {}, {} wire, window {}, {} elems/packet, "
+                "incxdp-bench: {}{}, job {}, {} ranks, {} {}, {} wire, window {}, {} elems/packet, "
                 "{} warm-up + {} iterations, {} transport\n",
-                cfg.job, cfg.world_size, o.boot.dtype, o.boot.op, o.boot.wire, cfg.window,
+                o.coll.prim,
+                o.coll.prim == "reduce" || o.coll.prim == "broadcast"
+                    ? fmt::format(" (root {})", o.coll.root)
+                    : "",
+                cfg.job, cfg.world_size, o.boot.dtype, o.boot.op,
+                cfg.transport == TransportKind::Roce ? "roce" : o.boot.wire, cfg.window,
                 cfg.effective_elems_per_packet(), o.warmup, o.iters, to_string(cfg.transport));
         auto rows =
             o.boot.dtype == "float32" ? run<float>(comm, o, sizes) : run<int32_t>(comm, o, sizes);
@@ -152,9 +164,12 @@ int main(int argc, char **argv) {
                       {"world_size", cfg.world_size},
                       {"dtype", o.boot.dtype},
                       {"op", o.boot.op},
-                      {"wire", o.boot.wire},
+                      {"wire", cfg.transport == TransportKind::Roce ? "roce" : o.boot.wire},
                       {"window", cfg.window},
                       {"elems_per_packet", cfg.effective_elems_per_packet()},
+                      {"prim", o.coll.prim},
+                      {"root", o.coll.root},
+                      {"transport", to_string(cfg.transport)},
                       {"rows", json::array()}};
             for (const Row &r : rows)
                 j["rows"].push_back({{"size", r.bytes},

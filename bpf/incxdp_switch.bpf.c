@@ -7,7 +7,8 @@
  * are added into their job's slot; the frame completing a slot becomes the
  * result and is broadcast through the incxdp_ports devmap, where
  * incxdp_egress_rewrite addresses each copy to the job's worker behind that
- * port (a P4 multicast group plus egress rewrite). Everything else passes.
+ * port (a P4 multicast group plus egress rewrite). RoCEv2 (UDP 4791) takes
+ * the tree path of bpf/lib/roce.h (docs/ROCE.md). Everything else passes.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -17,11 +18,13 @@
 #include "maps.bpf.h"
 #include "decode.h"
 #include "agg.h"
+#include "roce.h"
+#include "capture.h"
 
 /* Set by the loader before load (`incxdp load --native-port`). */
 const volatile __u16 native_port = INCXDP_UDP_PORT;
 
-enum l4_kind { L4_OTHER, L4_SWITCHML, L4_NATIVE };
+enum l4_kind { L4_OTHER, L4_SWITCHML, L4_NATIVE, L4_ROCE };
 
 struct frame {
 	struct ethhdr *eth;
@@ -48,6 +51,8 @@ static __always_inline enum l4_kind classify(struct cursor *c, struct frame *f)
 		return L4_SWITCHML;
 	if (dport == native_port)
 		return L4_NATIVE;
+	if (dport == INCXDP_ROCE_UDP_PORT)
+		return L4_ROCE;
 	return L4_OTHER;
 }
 
@@ -60,7 +65,12 @@ static __always_inline int lengths_cover(const struct frame *f, const struct con
 {
 	__u32 tot = bpf_ntohs(f->ip->tot_len), ulen = bpf_ntohs(f->udp->len);
 	__u64 in_frame = (__u64)(f->end - (void *)f->ip);
-	__u64 need = (__u64)((void *)k->payload - (void *)f->udp) + (__u64)k->nelems * 4;
+	__u64 need = (__u64)((void *)k->payload - (void *)f->udp);
+
+	/* Keeps clang from reassociating this into scalar - pointer, which
+	 * the verifier refuses. */
+	barrier_var(need);
+	need += (__u64)k->nelems * 4;
 
 	return tot >= sizeof(struct iphdr) + sizeof(struct udphdr) && tot <= in_frame &&
 	       ulen == tot - sizeof(struct iphdr) && ulen >= need;
@@ -115,15 +125,64 @@ static __always_inline int multicast_result(struct frame *f, __u32 job)
 	return XDP_REDIRECT;
 }
 
+/*
+ * What incxdp_agg needs of a contribution. A global function only gets
+ * scalars and plain memory, so the packet pointers travel as offsets.
+ */
+struct agg_req {
+	struct contrib k; /* hdr and payload: NULL, see the offsets */
+	__u32 slot;       /* key in incxdp_slots */
+	__u32 nworkers;
+	__u32 hdr_off;    /* k.hdr - ctx->data */
+	__u32 payload_off;
+};
+
+/*
+ * agg_apply under the slot's lock, and for a result its values and header
+ * written into the frame. Global, so the verifier walks the element loops
+ * once instead of once per path of aggregate() that reaches them (~900k
+ * instructions walked inline: nearly the whole 1M budget the program shares
+ * with the RoCE path). Returns the enum agg_outcome, or -1.
+ */
+__attribute__((noinline)) int incxdp_agg(struct xdp_md *ctx, struct agg_req *q)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct incxdp_slot *slot;
+	struct contrib k;
+	__u32 key, hoff, poff;
+	__s8 exp0, exp1;
+	int out;
+
+	if (!q)
+		return -1;
+	k = q->k;
+	hoff = q->hdr_off;
+	poff = q->payload_off;
+	if (hoff > 64 || poff > 128)
+		return -1;
+	k.hdr = data + hoff;
+	k.payload = data + poff;
+	key = q->slot;
+	slot = bpf_map_lookup_elem(&incxdp_slots, &key);
+	if (!slot)
+		return -1;
+	out = agg_apply(slot, &k, q->nworkers, end, &exp0, &exp1);
+	if (out == AGG_RETX_RESULT || out == AGG_COMPLETED) {
+		agg_store_result(slot->vals[k.set & 1], &k, end);
+		encode_result_hdr(&k, exp0, exp1, end);
+	}
+	return out;
+}
+
 static __always_inline int aggregate(struct xdp_md *ctx, struct cursor *c, struct frame *f,
 				     enum l4_kind kind)
 {
 	struct contrib k = {};
+	struct agg_req q = {};
 	struct incxdp_worker *w;
 	struct incxdp_job *job;
-	struct incxdp_slot *slot;
 	__u32 idx;
-	__s8 exp0, exp1;
 
 	if ((kind == L4_SWITCHML ? decode_switchml(c, &k) : decode_native(c, &k)) < 0 ||
 	    !lengths_cover(f, &k)) {
@@ -157,13 +216,21 @@ static __always_inline int aggregate(struct xdp_md *ctx, struct cursor *c, struc
 		return XDP_DROP;
 	}
 	idx = job->pool_base + k.slot;
-	slot = bpf_map_lookup_elem(&incxdp_slots, &idx);
-	if (!slot) {
+	if (!bpf_map_lookup_elem(&incxdp_slots, &idx)) {
 		stat_inc(INCXDP_STAT_BAD_SLOT);
 		return XDP_DROP;
 	}
 
-	switch (agg_apply(slot, &k, job->nworkers, c->end, &exp0, &exp1)) {
+	q.k = k;
+	q.k.hdr = NULL;
+	q.k.payload = NULL;
+	q.slot = idx;
+	q.nworkers = job->nworkers;
+	/* Where classify() and the decoder found them: option-less IPv4. */
+	q.hdr_off = sizeof(struct ethhdr) + sizeof(struct iphdr) + sizeof(struct udphdr);
+	q.payload_off = q.hdr_off +
+			(k.wire == INCXDP_WIRE_SWITCHML ? SWITCHML_HDR_LEN : INCXDP_HDR_LEN);
+	switch (incxdp_agg(ctx, &q)) {
 	case AGG_CONSUMED:
 		stat_inc(INCXDP_STAT_CONSUMED);
 		return XDP_DROP;
@@ -177,16 +244,13 @@ static __always_inline int aggregate(struct xdp_md *ctx, struct cursor *c, struc
 		stat_inc(INCXDP_STAT_MISMATCH);
 		return XDP_DROP;
 	case AGG_RETX_RESULT:
-		agg_store_result(slot->vals[k.set & 1], &k, c->end);
-		encode_result_hdr(&k, exp0, exp1, c->end);
 		stat_inc(INCXDP_STAT_RETX_UNICAST);
 		return reply_unicast(f);
 	case AGG_COMPLETED:
-		agg_store_result(slot->vals[k.set & 1], &k, c->end);
-		encode_result_hdr(&k, exp0, exp1, c->end);
 		stat_inc(INCXDP_STAT_COMPLETED);
 		return multicast_result(f, w->job);
 	}
+	stat_inc(INCXDP_STAT_BAD_SLOT); /* the slot vanished: cannot happen (array) */
 	return XDP_DROP;
 }
 
@@ -197,6 +261,7 @@ int incxdp_ingress(struct xdp_md *ctx)
 	struct frame f = {};
 	enum l4_kind kind;
 
+	capture_frame(ctx); /* `incxdp capture`: what arrives on this port */
 	cursor_init(&c, ctx);
 	f.end = c.end;
 	kind = classify(&c, &f);
@@ -204,6 +269,8 @@ int incxdp_ingress(struct xdp_md *ctx)
 		stat_inc(INCXDP_STAT_PASS);
 		return XDP_PASS;
 	}
+	if (kind == L4_ROCE)
+		return roce_ingress(ctx, &c, f.eth, f.ip, f.udp);
 	return aggregate(ctx, &c, &f, kind);
 }
 
@@ -215,12 +282,16 @@ int incxdp_egress_rewrite(struct xdp_md *ctx)
 	struct frame f = {};
 	struct incxdp_egress_key key;
 	struct incxdp_egress *rw;
+	enum l4_kind kind;
 
 	cursor_init(&c, ctx);
-	if (classify(&c, &f) == L4_OTHER) {
+	kind = classify(&c, &f);
+	if (kind == L4_OTHER) {
 		stat_inc(INCXDP_STAT_EGRESS_DROP);
 		return XDP_DROP;
 	}
+	if (kind == L4_ROCE)
+		return roce_egress(ctx, &c, f.ip, f.udp);
 	key.job = bpf_ntohs(f.ip->id);
 	key.ifindex = ctx->egress_ifindex;
 	rw = bpf_map_lookup_elem(&incxdp_egress, &key);

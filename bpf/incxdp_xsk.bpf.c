@@ -27,6 +27,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "parse.h"
+#include "capture.h"
 
 #define INCXDP_XSK_MAX_QUEUES 64
 #define LOOPBACK_IFINDEX 1
@@ -146,6 +147,7 @@ int incxdp_xsk(struct xdp_md *ctx)
 {
 	if (ctx->ingress_ifindex == LOOPBACK_IFINDEX)
 		return xsk_send(ctx);
+	capture_frame(ctx); /* what arrives from the link: `incxdp capture` */
 	return xsk_steer(ctx);
 }
 

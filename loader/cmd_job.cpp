@@ -74,6 +74,9 @@ void print_jobs(const std::vector<ctl::JobInfo> &jobs, bool json)
         for (const auto &j : jobs) {
             nlohmann::json o{{"id", j.id},           {"workers", j.nworkers},   {"pool_base", j.pool_base},
                              {"pool_size", j.pool_size}, {"max_elems", j.max_elems}, {"switch", j.switch_addr}};
+            o["kind"] = j.kind == INCXDP_JOB_ROCE_TREE ? "roce-tree" : "star";
+            if (j.kind == INCXDP_JOB_ROCE_TREE)
+                o["parent_qpn"] = j.parent_qpn;
             o["ranks"] = nlohmann::json::array();
             for (const auto &w : j.workers)
                 o["ranks"].push_back({{"rank", w.rank},
@@ -91,6 +94,13 @@ void print_jobs(const std::vector<ctl::JobInfo> &jobs, bool json)
         return;
     }
     for (const auto &j : jobs) {
+        if (j.kind == INCXDP_JOB_ROCE_TREE) {
+            // Its connections are in incxdp_roce_conns: `incxdp rules show` lists them.
+            fmt::print("job {} (roce-tree, {}): {} children, slots {}..{}, switch {}, max {} elems/packet\n",
+                       j.id, j.parent_qpn ? fmt::format("parent QPN 0x{:06x}", j.parent_qpn) : "root",
+                       j.nworkers, j.pool_base, j.pool_base + j.pool_size - 1, j.switch_addr, j.max_elems);
+            continue;
+        }
         fmt::print("job {}: {} workers, slots {}..{}, switch {}, max {} elems/packet\n", j.id, j.nworkers,
                    j.pool_base, j.pool_base + j.pool_size - 1, j.switch_addr, j.max_elems);
         for (const auto &w : j.workers)

@@ -3,7 +3,10 @@
 // a YAML file (docs/TOPOLOGY.md), brought up for the demo and the tests.
 #include "commands.h"
 
+#include <unistd.h>
+
 #include <incxdp/netns.h>
+#include <incxdp/rules_ctl.h>
 #include <incxdp/topology.h>
 
 #include <fmt/format.h>
@@ -24,6 +27,7 @@ constexpr const char *kDefaultPrefix = "ix-";
 struct TopoOpts {
     std::string file;
     std::string prefix = kDefaultPrefix;
+    std::string pin_root; // down: where the switches' engines are pinned
     CommonFlags flags;
 };
 
@@ -104,13 +108,35 @@ void cmd_up(const TopoOpts &o) {
 }
 
 void cmd_down(const TopoOpts &o) {
+    set_library_verbosity(o.flags.verbose);
     const auto t = topo::Topology::load_file(o.file);
+    // An engine's pins live in bpffs, not in its namespace: unload it
+    // while its ports still exist, or they stay behind.
+    std::vector<std::string> unloaded;
+    for (const auto &u : ctl::rules::unload_switches(t, o.prefix, o.pin_root)) {
+        if (u.unloaded)
+            unloaded.push_back(u.sw);
+        else
+            fmt::print(stderr, "incxdp: topo down: switch {}: engine in {} not unloaded: {}\n",
+                       u.sw, u.pin_dir, u.note);
+    }
     const size_t removed = topo::down(t, o.prefix);
+    // A private pin root (tests, scripts) goes too once its switches' pin
+    // directories are gone; the default one may hold other engines: rmdir
+    // only succeeds on an empty directory.
+    if (!o.pin_root.empty())
+        ::rmdir(o.pin_root.c_str());
     if (o.flags.json) {
-        std::puts(
-            json{{"topology", t.name}, {"prefix", o.prefix}, {"removed", removed}}.dump().c_str());
+        std::puts(json{{"topology", t.name},
+                       {"prefix", o.prefix},
+                       {"removed", removed},
+                       {"unloaded", unloaded}}
+                      .dump()
+                      .c_str());
         return;
     }
+    if (!unloaded.empty())
+        fmt::print("unloaded incxdp on {}\n", join(unloaded, " "));
     if (removed == 0)
         fmt::print("topology {} is not up with prefix {}: nothing to remove\n", t.name, o.prefix);
     else
@@ -209,8 +235,16 @@ void add_topo_command(CLI::App &app) {
         ->callback([up] { user_errors([&] { cmd_up(*up); }); });
 
     auto down = std::make_shared<TopoOpts>();
-    add_sub(topo, "down", "delete FILE's namespaces and with them their links (root)", *down)
-        ->callback([down] { user_errors([&] { cmd_down(*down); }); });
+    CLI::App *down_cmd =
+        add_sub(topo, "down",
+                "unload the engine of every switch (its pin directory under --pin-root), then "
+                "delete FILE's namespaces and with them their links (root)",
+                *down);
+    down_cmd->add_option("--pin-root", down->pin_root,
+                         "bpffs directory holding the switches' pin directories "
+                         "<root>/<prefix><switch> (default: $INCXDP_PIN_DIR, else " INCXDP_PIN_DIR
+                         ")");
+    down_cmd->callback([down] { user_errors([&] { cmd_down(*down); }); });
 
     auto status = std::make_shared<TopoOpts>();
     add_sub(topo, "status", "show FILE's namespaces and interfaces: state, MAC, MTU, address, XDP",

@@ -29,5 +29,7 @@ void add_job_command(CLI::App &app);    // job add|del|list
 void add_stats_command(CLI::App &app);  // stats
 void add_topo_command(CLI::App &app);   // topo up|down|status
 void add_chaos_command(CLI::App &app);  // chaos (fault injection)
+void add_rules_command(CLI::App &app);  // rules apply|show|clear (RoCEv2 trees)
+void add_capture_command(CLI::App &app); // capture (pcap of what arrives at our XDP programs)
 
 } // namespace incxdp::cli

@@ -6,11 +6,14 @@
 #include "pinned_maps.h"
 #include "port_util.h"
 
+#include <incxdp/rules_ctl.h>
+
 #include <bpf/bpf.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <arpa/inet.h>
+#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <regex>
@@ -150,6 +153,9 @@ WorkerSpec parse_worker_spec(const std::string &s)
 JobSpec job_from_topology(const topo::Topology &t, uint32_t id)
 {
     const topo::Job &tj = t.job(id);
+    if (tj.kind != topo::JobKind::Star)
+        throw CtlError(fmt::format("job {} of topology {} is a {} job: install it with 'incxdp rules apply'",
+                                   id, t.name, topo::job_kind_name(tj.kind)));
     const topo::Node &sw = t.node(tj.switch_name);
     JobSpec job;
     job.id = id;
@@ -271,6 +277,8 @@ std::vector<JobInfo> job_list(const std::string &pin_dir)
     for (const auto &[id, j] : active_jobs(m)) {
         JobInfo info;
         info.id = id;
+        info.kind = j.kind;
+        info.parent_qpn = j.parent_qpn;
         info.nworkers = j.nworkers;
         info.pool_base = j.pool_base;
         info.pool_size = j.pool_size;
@@ -292,6 +300,8 @@ void job_reset(uint32_t id, const std::string &pin_dir)
     if (id >= INCXDP_MAX_JOBS || bpf_map_lookup_elem(m.jobs.get(), &id, &j) != 0 || !j.active)
         throw CtlError(fmt::format("no job {}", id));
     zero_slots(m, j.pool_base, j.pool_size);
+    if (j.kind == INCXDP_JOB_ROCE_TREE)
+        rules::reset_conns(id, pin_dir);
 }
 
 void job_del(uint32_t id, const std::string &pin_dir)
@@ -314,7 +324,65 @@ void job_del(uint32_t id, const std::string &pin_dir)
     for (const auto &k : map_keys<incxdp_egress_key>(m.egress.get()))
         if (k.job == id)
             bpf_map_delete_elem(m.egress.get(), &k);
+    if (j.kind == INCXDP_JOB_ROCE_TREE)
+        rules::delete_conns(id, pin_dir);
     zero_slots(m, j.pool_base, j.pool_size);
 }
+
+// ---- the connections of roce-tree jobs (declared in rules_ctl.h) -------------
+// Here rather than in rules_ctl.cpp because job reset/del need them and the
+// job rules build on their own (tests/fuzz).
+namespace rules {
+
+namespace {
+
+// The engine's connection map; an invalid Fd if the engine predates RoCE.
+Fd open_roce_conns(const std::string &dir)
+{
+    const std::string path = map_pin_path(dir, INCXDP_MAP_ROCE_CONNS);
+    int fd = bpf_obj_get(path.c_str());
+    if (fd < 0 && errno != ENOENT)
+        throw CtlError(errno_msg("cannot open pinned map " + path, errno));
+    return Fd(fd);
+}
+
+} // namespace
+
+size_t reset_conns(uint32_t job, const std::string &pin_dir)
+{
+    Fd fd = open_roce_conns(pin_dir);
+    if (!fd)
+        return 0;
+    size_t n = 0;
+    for (const auto &k : map_keys<incxdp_roce_conn_key>(fd.get())) {
+        incxdp_roce_conn v{};
+        if (bpf_map_lookup_elem(fd.get(), &k, &v) != 0 || v.job != job)
+            continue;
+        v.epsn = v.rx_base;
+        v.msn = 0;
+        v.imm = 0;
+        v.nak_sent = 0;
+        if (bpf_map_update_elem(fd.get(), &k, &v, BPF_EXIST) != 0)
+            throw CtlError(errno_msg(fmt::format("job {}: cannot reset connection QPN 0x{:06x}", job, k.qpn), errno));
+        n++;
+    }
+    return n;
+}
+
+size_t delete_conns(uint32_t job, const std::string &pin_dir)
+{
+    Fd fd = open_roce_conns(pin_dir);
+    if (!fd)
+        return 0;
+    size_t n = 0;
+    for (const auto &k : map_keys<incxdp_roce_conn_key>(fd.get())) {
+        incxdp_roce_conn v{};
+        if (bpf_map_lookup_elem(fd.get(), &k, &v) == 0 && v.job == job && bpf_map_delete_elem(fd.get(), &k) == 0)
+            n++;
+    }
+    return n;
+}
+
+} // namespace rules
 
 } // namespace incxdp::ctl

@@ -14,6 +14,8 @@ int main(int argc, char **argv)
     incxdp::cli::add_stats_command(app);
     incxdp::cli::add_topo_command(app);
     incxdp::cli::add_chaos_command(app);
+    incxdp::cli::add_rules_command(app);
+    incxdp::cli::add_capture_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError &e) {

@@ -16,7 +16,12 @@ namespace {
 constexpr const char *kNames[] = {
     "pass",      "malformed",    "unknown_sender", "wrong_port",    "bad_job",       "bad_slot",
     "mismatch",  "consumed",     "completed",      "retx_unicast",  "retx_drop",
-    "stale",     "redirect_fail", "egress_tx",     "egress_drop",
+    "stale",
+    // RoCEv2 (docs/ROCE.md §3)
+    "roce_malformed", "roce_bad_icrc", "roce_unknown_qp", "roce_absorbed", "roce_ack", "roce_nak",
+    "roce_ahead_drop", "roce_up", "roce_down", "roce_dup_ack", "roce_dup_result", "roce_dup_up",
+    "roce_stale", "roce_mismatch", "roce_peer_ack", "roce_peer_nak",
+    "redirect_fail", "egress_tx", "egress_drop",
 };
 static_assert(std::size(kNames) == INCXDP_STAT_MAX, "every counter in maps.h needs a name here");
 } // namespace

@@ -140,7 +140,7 @@ std::vector<uint32_t> loaded_ports(int ports_fd)
 void remove_pins(const std::string &dir)
 {
     for (const char *name : {INCXDP_MAP_SLOTS, INCXDP_MAP_JOBS, INCXDP_MAP_WORKERS, INCXDP_MAP_EGRESS,
-                             INCXDP_MAP_PORTS, INCXDP_MAP_STATS, INCXDP_MAP_INFO})
+                             INCXDP_MAP_PORTS, INCXDP_MAP_STATS, INCXDP_MAP_INFO, INCXDP_MAP_ROCE_CONNS})
         ::unlink(map_pin_path(dir, name).c_str());
     ::rmdir(dir.c_str());
 }

@@ -2,6 +2,7 @@
 // Parsing, validation and the deterministic derivations of topology.h.
 // docs/TOPOLOGY.md is the user-facing description of the same rules.
 #include "incxdp/topology.h"
+#include "tree_detail.h"
 #include "yaml_reader.h"
 
 #include <incxdp/maps.h>
@@ -31,6 +32,7 @@ constexpr size_t kMaxNodeName = 12;
 constexpr size_t kMaxIfName = 15;
 constexpr size_t kMaxIndex = 256;
 constexpr size_t kMaxNetnsName = 32;
+constexpr int64_t kRocePsnMask = 0xFFFFFF;
 
 bool valid_name(const std::string &s, size_t max_len) {
     if (s.empty() || s.size() > max_len)
@@ -211,13 +213,16 @@ struct Builder {
         for (size_t i = 0; list.IsDefined() && i < list.size(); ++i) {
             const YAML::Node j = list[i];
             std::string where = fmt::format("jobs[{}]", i);
-            r.expect_map(j, where, {"id", "switch", "workers", "worker_port", "slots"});
+            r.expect_map(j, where,
+                         {"id", "kind", "switch", "workers", "worker_port", "slots", "start_psn"});
             Job job;
             job.id = static_cast<uint32_t>(r.integer(j, "id", where, 0, INCXDP_MAX_JOBS - 1));
             where += fmt::format(" (id {})", job.id);
             for (const Job &other : t.jobs)
                 if (other.id == job.id)
                     r.fail(j["id"], where, fmt::format("duplicate job id {}", job.id));
+            job.kind = parse_kind(j, where);
+            const bool tree = job.kind == JobKind::RoceTree;
             job.switch_name = r.str(j, "switch", where);
             const auto sw = index.find(job.switch_name);
             if (sw == index.end())
@@ -225,14 +230,58 @@ struct Builder {
             const Node &swn = t.nodes[sw->second];
             if (swn.kind != NodeKind::Switch)
                 r.fail(j["switch"], where, fmt::format("'{}' is a host, not a switch", swn.name));
+            // RoCEv2 has its own UDP port (4791) and a source port per
+            // connection; PSNs exist only there.
+            if (tree && j["worker_port"].IsDefined())
+                r.fail(j["worker_port"], where,
+                       "worker_port does not apply to a roce-tree job (RoCEv2 uses UDP 4791 "
+                       "and a source port per connection)");
+            if (!tree && j["start_psn"].IsDefined())
+                r.fail(j["start_psn"], where,
+                       "start_psn applies only to a roce-tree job (kind: roce-tree)");
             job.worker_port = static_cast<uint16_t>(
                 r.integer(j, "worker_port", where, job.worker_port, 1, 65535));
-            // The window slot travels in 14 bits of the header.
+            // The window slot travels in 14 bits of the native header; a
+            // tree keeps the same bound.
             job.slots = static_cast<uint32_t>(
                 r.integer(j, "slots", where, job.slots, 1, INCXDP_SLOT_INDEX_MASK + 1));
+            // A PSN picks slot idx % slots and set (idx / slots) & 1; only a
+            // power of two keeps that consistent across the 24-bit wrap.
+            if (tree && (job.slots & (job.slots - 1)) != 0)
+                r.fail(j["slots"], where,
+                       fmt::format("slots {} is not a power of two, which a roce-tree job needs "
+                                   "(its PSNs wrap at 2^24)",
+                                   job.slots));
+            if (tree && j["start_psn"].IsDefined())
+                job.start_psn =
+                    static_cast<uint32_t>(r.integer(j, "start_psn", where, 0, kRocePsnMask));
             add_workers(j, where, swn, job);
             t.jobs.push_back(std::move(job));
         }
+        // Tree shape (cycles, unreachable workers, fan-in) once every job is
+        // known: pool bases depend on the earlier jobs.
+        for (size_t i = 0; list.IsDefined() && i < list.size(); ++i) {
+            const Job &job = t.jobs[i];
+            if (job.kind != JobKind::RoceTree)
+                continue;
+            try {
+                detail::build_tree(t, job.id);
+            } catch (const detail::TreeProblem &e) {
+                r.fail(list[i], fmt::format("jobs[{}] (id {})", i, job.id), e.what());
+            }
+        }
+    }
+
+    JobKind parse_kind(const YAML::Node &j, const std::string &where) {
+        const YAML::Node k = j["kind"];
+        if (!k.IsDefined() || k.IsNull())
+            return JobKind::Star;
+        const std::string s = r.scalar(k, where + ".kind");
+        if (s == "star")
+            return JobKind::Star;
+        if (s == "roce-tree")
+            return JobKind::RoceTree;
+        r.fail(k, where, fmt::format("unknown job kind '{}' (expected star or roce-tree)", s));
     }
 
     void add_workers(const YAML::Node &j, const std::string &where, const Node &sw, Job &job) {
@@ -241,11 +290,14 @@ struct Builder {
             r.fail(j, where, "missing required key 'workers'");
         if (!w.IsSequence() || w.size() == 0)
             r.fail(w, where + ".workers", "expected a non-empty list of host names");
-        // One bit per rank in the switch's slot bitmap.
-        if (w.size() > INCXDP_MAX_WORKERS)
-            r.fail(
-                w, where + ".workers",
-                fmt::format("{} workers; at most {} are supported", w.size(), INCXDP_MAX_WORKERS));
+        // Star: one bit per rank in the switch's slot bitmap. Tree: one bit
+        // per rank in a connection's subtree_ranks (the fan-in of each
+        // switch is checked with the tree).
+        const size_t max_workers =
+            job.kind == JobKind::RoceTree ? detail::kMaxTreeRanks : INCXDP_MAX_WORKERS;
+        if (w.size() > max_workers)
+            r.fail(w, where + ".workers",
+                   fmt::format("{} workers; at most {} are supported", w.size(), max_workers));
         for (size_t k = 0; k < w.size(); ++k) {
             const std::string name = r.scalar(w[k], where + ".workers");
             const auto it = index.find(name);
@@ -257,7 +309,9 @@ struct Builder {
             for (const auto &prev : job.workers)
                 if (prev == name)
                     r.fail(w[k], where, fmt::format("worker '{}' is listed twice", name));
-            if (!linked(h, sw.name))
+            // A tree's workers hang below any switch of the tree (checked
+            // with the tree's shape).
+            if (job.kind == JobKind::Star && !linked(h, sw.name))
                 r.fail(w[k], where,
                        fmt::format("worker '{}' is not directly linked to switch '{}'", name,
                                    sw.name));
@@ -301,6 +355,10 @@ Topology parse_text(const std::string &text, const std::string &source) {
 }
 
 } // namespace
+
+const char *job_kind_name(JobKind k) {
+    return k == JobKind::RoceTree ? "roce-tree" : "star";
+}
 
 std::string mac_to_string(const Mac &m) {
     return fmt::format("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4],

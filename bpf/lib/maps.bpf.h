@@ -43,6 +43,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } incxdp_egress SEC(".maps");
 
+/* RoCEv2 RC connections of ROCE_TREE jobs, by this switch's QPN on them
+ * (docs/ROCE.md §1). The engine updates the receive state in place. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, INCXDP_MAX_ROCE_CONNS);
+	__type(key, struct incxdp_roce_conn_key);
+	__type(value, struct incxdp_roce_conn);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} incxdp_roce_conns SEC(".maps");
+
 /* Every port the engine is loaded on, with incxdp_egress_rewrite as its
  * egress program: the target of the multicast broadcast. */
 struct {

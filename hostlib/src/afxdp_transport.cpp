@@ -158,8 +158,9 @@ class AfXdpTransport final : public Transport {
         IfInfo info = iface_info(ifname_);
         ifindex_ = int(info.index);
         mtu_ = info.mtu;
-        describe_ = fmt::format("afxdp {}:{} -> {}:{} on {} queue {}", cfg.local_ip, cfg.local_port,
-                                cfg.remote_ip, cfg.remote_port, ifname_, cfg.queue);
+        describe_ = fmt::format("afxdp {}:{} -> {}:{} on {} queue {}{}", cfg.local_ip,
+                                cfg.local_port, cfg.remote_ip, cfg.remote_port, ifname_, cfg.queue,
+                                cfg.raw_frames ? " (raw frames)" : "");
         if (kFrameHdrLen + cfg.max_payload > cfg.frame_size ||
             (info.mtu && 28 + cfg.max_payload > info.mtu))
             throw std::invalid_argument(
@@ -167,7 +168,10 @@ class AfXdpTransport final : public Transport {
                             describe_, cfg.max_payload, cfg.frame_size, info.mtu));
         FrameAddrs a;
         a.src_mac = info.mac;
-        a.dst_mac = neighbour_mac(cfg.remote_ip, ifname_);
+        // Raw frames carry the caller's headers; the template only shapes
+        // the live-frame probe then.
+        if (!cfg.raw_frames)
+            a.dst_mac = neighbour_mac(cfg.remote_ip, ifname_);
         a.src_ip = local;
         a.dst_ip = remote;
         a.src_port = cfg.local_port;
@@ -194,12 +198,9 @@ class AfXdpTransport final : public Transport {
             const auto &p = pkts[i];
             uint64_t addr = *tx_free_.pop();
             auto *frame = static_cast<std::byte *>(xsk_umem__get_data(umem_area_, addr));
-            size_t len = std::min(p.size(), cfg_.max_payload);
-            tmpl_->write(frame, len);
-            std::memcpy(frame + kFrameHdrLen, p.data(), len);
             xdp_desc *d = xsk_ring_prod__tx_desc(&tx_, idx + i);
             d->addr = addr;
-            d->len = uint32_t(kFrameHdrLen + len);
+            d->len = uint32_t(put_frame(frame, p));
         }
         if (n) {
             xsk_ring_prod__submit(&tx_, n);
@@ -220,6 +221,10 @@ class AfXdpTransport final : public Transport {
             held_addrs_[i] = d->addr;
             std::span<const std::byte> frame(
                 static_cast<const std::byte *>(xsk_umem__get_data(umem_area_, d->addr)), d->len);
+            if (cfg_.raw_frames) {
+                out[k++] = frame; // incxdp_xsk steered it: local_ip:local_port
+                continue;
+            }
             // incxdp_xsk steers only our flow here; anything else is skipped.
             if (auto payload =
                     detail::udp_payload_to(frame, tmpl_->addrs().src_ip, cfg_.local_port))
@@ -257,6 +262,21 @@ class AfXdpTransport final : public Transport {
     std::string describe() const override { return describe_; }
 
   private:
+    // The frame for datagram `p` at `out` (room for 42 + max_payload bytes):
+    // our headers and p as the UDP payload, or p itself in raw mode. Returns
+    // the frame length.
+    size_t put_frame(std::byte *out, std::span<const std::byte> p) const {
+        if (cfg_.raw_frames) {
+            size_t len = std::min(p.size(), kFrameHdrLen + cfg_.max_payload);
+            std::memcpy(out, p.data(), len);
+            return len;
+        }
+        size_t len = std::min(p.size(), cfg_.max_payload);
+        tmpl_->write(out, len);
+        std::memcpy(out + kFrameHdrLen, p.data(), len);
+        return kFrameHdrLen + len;
+    }
+
     // Frames into the mmapped incxdp_tx_frames slots, then one BPF_PROG_RUN
     // of incxdp_xsk (attached, see incxdp_xsk.bpf.c) that redirects each of
     // them out of the interface.
@@ -264,11 +284,8 @@ class AfXdpTransport final : public Transport {
         size_t n = std::min({pkts.size(), size_t(live_slots_), std::max<size_t>(cfg_.batch, 1)});
         for (size_t i = 0; i < n; ++i) {
             std::byte *e = live_mem_ + size_t((live_next_ + i) % live_slots_) * live_elem_;
-            size_t len = std::min(pkts[i].size(), cfg_.max_payload);
-            uint32_t frame_len = uint32_t(kFrameHdrLen + len);
+            uint32_t frame_len = uint32_t(put_frame(e + 4, pkts[i]));
             std::memcpy(e, &frame_len, 4); // the map value: __u32 length, then the frame
-            tmpl_->write(e + 4, len);
-            std::memcpy(e + 4 + kFrameHdrLen, pkts[i].data(), len);
         }
         if (n == 0)
             return 0;
@@ -556,6 +573,19 @@ class AfXdpTransport final : public Transport {
 };
 
 } // namespace
+
+LinkInfo resolve_link(const std::string &local_ip, const std::string &remote_ip,
+                      const std::string &ifname) {
+    uint32_t local = parse_ipv4(local_ip, "local address");
+    parse_ipv4(remote_ip, "switch address");
+    LinkInfo l;
+    l.ifname = ifname.empty() ? iface_of(local, local_ip) : ifname;
+    IfInfo info = iface_info(l.ifname);
+    l.local_mac = info.mac;
+    l.mtu = info.mtu;
+    l.remote_mac = neighbour_mac(remote_ip, l.ifname);
+    return l;
+}
 
 std::unique_ptr<Transport> make_afxdp_transport(const AfXdpTransportConfig &cfg) {
     return std::make_unique<AfXdpTransport>(cfg);

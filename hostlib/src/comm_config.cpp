@@ -2,10 +2,13 @@
 // CommConfig: defaults, validation and the topology bootstrap.
 #include <incxdp/communicator.h>
 #include <incxdp/proto.h>
+#include <incxdp/roce.h>
 #include <incxdp/switchml.h>
 #include <incxdp/topology.h>
+#include <incxdp/tree.h>
 
 #include "packet.h"
+#include "roce_frame.h"
 
 #include <fmt/format.h>
 
@@ -21,12 +24,57 @@ constexpr uint32_t kDefaultWindow = 128;
 constexpr uint32_t kIpUdpLen = 20 + 8;
 constexpr uint32_t kMaxWindow = INCXDP_SLOT_INDEX_MASK + 1; // 14-bit slot index
 constexpr uint32_t kMaxBatch = 1024;                        // UIO_MAXIOV
+// Roce: rank bits of a tree (subtree_ranks) and the IP packet around a payload.
+constexpr uint32_t kMaxRoceRanks = 64;
+constexpr uint32_t kRoceIpOverhead = 20 + 8 + 12 + ROCE_IMM_LEN + ROCE_ICRC_LEN;
+// Roce: far below 2^23, so a PSN's distance to the window is unambiguous.
+constexpr uint32_t kMaxRoceWindow = 1u << 20;
+// Roce: a go-back-N resends up to the window, so wait a little longer first.
+constexpr std::chrono::milliseconds kRoceTimeout{50};
+constexpr std::chrono::milliseconds kRoceMaxTimeout{500};
+
+uint32_t max_roce_elems_for_mtu(uint32_t mtu) {
+    return mtu <= kRoceIpOverhead ? 0 : (mtu - kRoceIpOverhead) / 4;
+}
 
 uint32_t max_elems_for_mtu(Wire w, uint32_t mtu) {
     uint32_t hdr = uint32_t(detail::header_len(w));
     if (mtu <= kIpUdpLen + hdr)
         return 0;
     return (mtu - kIpUdpLen - hdr) / 4;
+}
+
+// A rank of a roce-tree job: its connection to the leaf switch above it.
+CommConfig roce_from_plan(const topo::TreePlan &plan, const topo::Topology &t, uint32_t rank) {
+    if (rank >= plan.ranks.size())
+        throw std::invalid_argument(fmt::format("job {} has {} workers (ranks 0..{}), there is no "
+                                                "rank {}",
+                                                plan.job, plan.ranks.size(), plan.ranks.size() - 1,
+                                                rank));
+    const topo::RoceConn &conn = plan.conn_of_rank(rank);
+    const topo::TreeSwitch &leaf = plan.sw(conn.parent);
+    CommConfig c;
+    c.transport = TransportKind::Roce;
+    c.rank = rank;
+    c.world_size = uint32_t(plan.ranks.size());
+    c.job = plan.job;
+    c.local_ip = conn.child_ip;
+    c.local_port = INCXDP_ROCE_UDP_PORT;
+    c.switch_ip = conn.parent_ip;
+    c.switch_port = INCXDP_ROCE_UDP_PORT;
+    c.roce.local_qpn = conn.child_qpn;
+    c.roce.remote_qpn = conn.parent_qpn;
+    c.roce.up_base = conn.up_base;
+    c.roce.down_base = conn.down_base;
+    c.roce.sport = conn.child_sport;
+    c.roce.pool = leaf.pool_size;
+    // The MACs stay zero: looked up on the host (interface, neighbour
+    // table) when the transport opens, as AF_XDP does.
+    c.window = std::min(kDefaultWindow, leaf.pool_size);
+    c.mtu = t.mtu > 0 ? uint32_t(t.mtu) : 0;
+    c.timeout = kRoceTimeout;
+    c.max_timeout = kRoceMaxTimeout;
+    return c;
 }
 
 } // namespace
@@ -36,14 +84,25 @@ TransportKind parse_transport(const std::string &s) {
         return TransportKind::Udp;
     if (s == "afxdp" || s == "af_xdp" || s == "xdp")
         return TransportKind::AfXdp;
-    throw std::invalid_argument(fmt::format("transport '{}': expected udp or afxdp", s));
+    if (s == "roce")
+        return TransportKind::Roce;
+    throw std::invalid_argument(fmt::format("transport '{}': expected udp, afxdp or roce", s));
 }
 
 const char *to_string(TransportKind t) {
-    return t == TransportKind::AfXdp ? "afxdp" : "udp";
+    switch (t) {
+    case TransportKind::AfXdp:
+        return "afxdp";
+    case TransportKind::Roce:
+        return "roce";
+    default:
+        return "udp";
+    }
 }
 
 uint16_t CommConfig::effective_switch_port() const {
+    if (transport == TransportKind::Roce)
+        return INCXDP_ROCE_UDP_PORT;
     if (switch_port != 0)
         return switch_port;
     return wire == Wire::Native ? INCXDP_UDP_PORT : SWITCHML_UDP_PORT_MIN;
@@ -52,6 +111,12 @@ uint16_t CommConfig::effective_switch_port() const {
 uint32_t CommConfig::effective_elems_per_packet() const {
     if (elems_per_packet != 0)
         return elems_per_packet;
+    if (transport == TransportKind::Roce) {
+        uint32_t n =
+            std::min(detail::kRoceMaxElems, mtu ? max_roce_elems_for_mtu(mtu) : UINT32_MAX);
+        return std::max<uint32_t>(n / INCXDP_ELEM_QUANTUM * INCXDP_ELEM_QUANTUM,
+                                  INCXDP_ELEM_QUANTUM);
+    }
     uint32_t fit = mtu ? max_elems_for_mtu(wire, mtu) : UINT32_MAX;
     if (wire == Wire::Native) {
         uint32_t n = std::min<uint32_t>(INCXDP_MAX_ELEMS, fit);
@@ -69,16 +134,41 @@ void CommConfig::validate() const {
         return std::invalid_argument(
             fmt::format("communicator config (rank {}, job {}): {}", rank, job, why));
     };
-    if (world_size == 0 || world_size > INCXDP_MAX_WORKERS)
-        throw bad(fmt::format("world_size {} is not in 1..{}", world_size, INCXDP_MAX_WORKERS));
+    const bool roce_ = transport == TransportKind::Roce;
+    uint32_t max_ranks = roce_ ? kMaxRoceRanks : INCXDP_MAX_WORKERS;
+    if (world_size == 0 || world_size > max_ranks)
+        throw bad(fmt::format("world_size {} is not in 1..{}", world_size, max_ranks));
     if (rank >= world_size)
         throw bad(fmt::format("rank {} is not below world_size {}", rank, world_size));
     if (switch_ip.empty() || local_ip.empty())
         throw bad("switch_ip and local_ip must be set");
-    if (window == 0 || window > kMaxWindow)
-        throw bad(fmt::format("window {} is not in 1..{}", window, kMaxWindow));
+    uint32_t max_window = roce_ ? kMaxRoceWindow : kMaxWindow;
+    if (window == 0 || window > max_window)
+        throw bad(fmt::format("window {} is not in 1..{}", window, max_window));
     uint32_t p = effective_elems_per_packet();
-    if (wire == Wire::Native) {
+    if (roce_) {
+        if (p == 0 || p % INCXDP_ELEM_QUANTUM != 0 || p > detail::kRoceMaxElems)
+            throw bad(fmt::format("elems_per_packet {} must be a multiple of {} in {}..{} for "
+                                  "roce (payload <= {} B)",
+                                  p, INCXDP_ELEM_QUANTUM, INCXDP_ELEM_QUANTUM,
+                                  detail::kRoceMaxElems, ROCE_MAX_PAYLOAD));
+        if (mtu != 0 && p > max_roce_elems_for_mtu(mtu))
+            throw bad(fmt::format("{} elements per packet ({} B IP packet) exceed the link MTU {}",
+                                  p, kRoceIpOverhead + 4 * p, mtu));
+        if (roce.pool != 0 && window > roce.pool)
+            throw bad(fmt::format("window {} exceeds the job's slot pool of {} (a rank may not "
+                                  "send idx + pool before it has the result of idx)",
+                                  window, roce.pool));
+        if (roce.local_qpn == 0 || roce.local_qpn > ROCE_QPN_MASK || roce.remote_qpn == 0 ||
+            roce.remote_qpn > ROCE_QPN_MASK)
+            throw bad(fmt::format("roce QPNs {:#x} (local) and {:#x} (switch) must be in "
+                                  "1..0xffffff; from_topology() fills them for a roce-tree job",
+                                  roce.local_qpn, roce.remote_qpn));
+        if (roce.up_base > ROCE_PSN_MASK || roce.down_base > ROCE_PSN_MASK)
+            throw bad("roce PSN bases must be below 2^24");
+        if (roce.sport == 0)
+            throw bad("roce UDP source port (roce.sport) is 0");
+    } else if (wire == Wire::Native) {
         if (p == 0 || p % INCXDP_ELEM_QUANTUM != 0 || p > INCXDP_MAX_ELEMS)
             throw bad(fmt::format("elems_per_packet {} must be a multiple of {} in {}..{} for "
                                   "the native wire",
@@ -86,7 +176,7 @@ void CommConfig::validate() const {
     } else if (detail::switchml_size_code(p) < 0) {
         throw bad(fmt::format("elems_per_packet {} must be 32, 64, 128 or 256 for SwitchML", p));
     }
-    if (mtu != 0 && p > max_elems_for_mtu(wire, mtu))
+    if (!roce_ && mtu != 0 && p > max_elems_for_mtu(wire, mtu))
         throw bad(fmt::format("{} elements per packet ({} B IP packet) exceed the link MTU {}", p,
                               kIpUdpLen + detail::header_len(wire) + 4 * p, mtu));
     if (timeout.count() <= 0 || max_timeout < timeout)
@@ -101,6 +191,8 @@ CommConfig CommConfig::from_topology(const std::string &path, uint32_t job_id, u
     try {
         auto topo = topo::Topology::load_file(path);
         const auto &job = topo.job(job_id);
+        if (job.kind == topo::JobKind::RoceTree)
+            return roce_from_plan(topo::plan_tree(topo, job_id), topo, rank);
         if (rank >= job.workers.size())
             throw std::invalid_argument(
                 fmt::format("job {} has {} workers (ranks 0..{}), there is no rank {}", job_id,

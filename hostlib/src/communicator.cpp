@@ -4,6 +4,8 @@
 
 #include "collectives.h"
 #include "engine.h"
+#include "roce_collectives.h"
+#include "roce_engine.h"
 
 #include <fmt/format.h>
 
@@ -17,8 +19,41 @@ namespace {
 
 constexpr std::chrono::milliseconds kDestructorCloseDeadline{5000};
 
+bool is_zero(const std::array<uint8_t, 6> &mac) {
+    return mac == std::array<uint8_t, 6>{};
+}
+
+// Roce: the MACs the frames need, from this namespace, unless given.
+void resolve_roce_link(CommConfig &cfg) {
+    if (cfg.transport != TransportKind::Roce ||
+        (!is_zero(cfg.roce.local_mac) && !is_zero(cfg.roce.switch_mac)))
+        return;
+    LinkInfo l = resolve_link(cfg.local_ip, cfg.switch_ip, cfg.xdp_iface);
+    if (is_zero(cfg.roce.local_mac))
+        cfg.roce.local_mac = l.local_mac;
+    if (is_zero(cfg.roce.switch_mac))
+        cfg.roce.switch_mac = l.remote_mac;
+}
+
 std::unique_ptr<Transport> transport_for(const CommConfig &cfg) {
     cfg.validate();
+    if (cfg.transport == TransportKind::Roce) {
+        // Whole frames over AF_XDP: the switch's frames come to local_ip:4791.
+        AfXdpTransportConfig t;
+        t.local_ip = cfg.local_ip;
+        t.local_port = INCXDP_ROCE_UDP_PORT;
+        t.remote_ip = cfg.switch_ip;
+        t.remote_port = INCXDP_ROCE_UDP_PORT;
+        t.ifname = cfg.xdp_iface;
+        t.queue = cfg.xdp_queue;
+        t.tx_live_frames = cfg.xdp_tx_live_frames;
+        t.batch = cfg.batch;
+        t.raw_frames = true;
+        t.max_payload =
+            detail::RoceSendTemplate::frame_len(4 * size_t(cfg.effective_elems_per_packet())) -
+            detail::kFrameHdrLen;
+        return make_afxdp_transport(t);
+    }
     if (cfg.transport == TransportKind::AfXdp) {
         AfXdpTransportConfig t;
         t.local_ip = cfg.local_ip;
@@ -44,6 +79,17 @@ std::unique_ptr<Transport> transport_for(const CommConfig &cfg) {
     return make_udp_transport(t);
 }
 
+void check_buffers(const char *what, const void *send, const void *recv, size_t count) {
+    if (!send || !recv)
+        throw std::invalid_argument(fmt::format("{}: null buffer", what));
+    auto s0 = reinterpret_cast<uintptr_t>(send), r0 = reinterpret_cast<uintptr_t>(recv);
+    size_t bytes = count * 4;
+    if (s0 != r0 && s0 < r0 + bytes && r0 < s0 + bytes)
+        throw std::invalid_argument(fmt::format("{}: send and recv overlap without being the same "
+                                                "buffer (in place needs send == recv)",
+                                                what));
+}
+
 } // namespace
 
 CommStats &CommStats::operator+=(const CommStats &o) {
@@ -57,14 +103,21 @@ CommStats &CommStats::operator+=(const CommStats &o) {
     duplicates += o.duplicates;
     stale += o.stale;
     malformed += o.malformed;
+    acks += o.acks;
+    naks += o.naks;
+    bad_icrc += o.bad_icrc;
     seconds += o.seconds;
     return *this;
 }
 
 struct Communicator::Impl {
-    Impl(CommConfig c, std::unique_ptr<Transport> t)
-        : cfg(std::move(c)), transport(std::move(t)), engine(cfg, *transport),
-          next_set(cfg.window, 0) {
+    Impl(CommConfig c, std::unique_ptr<Transport> t) : cfg(std::move(c)), transport(std::move(t)) {
+        if (cfg.transport == TransportKind::Roce) {
+            roce = std::make_unique<detail::RoceEngine>(cfg, *transport);
+            return;
+        }
+        engine = std::make_unique<detail::Engine>(cfg, *transport);
+        next_set.assign(cfg.window, 0);
         lane_slots.reserve(cfg.window);
         base_sets.reserve(cfg.window);
     }
@@ -73,13 +126,39 @@ struct Communicator::Impl {
     void run(const detail::Schedule &s, const detail::CallInfo &call, detail::StepHandler &handler,
              CommStats &stats) {
         try {
-            engine.run(s, lane_slots, base_sets, call, handler, stats);
+            engine->run(s, lane_slots, base_sets, call, handler, stats);
         } catch (...) {
             failed = true; // the slots' sets are now unknown
             throw;
         }
         for (uint32_t l = 0; l < s.lanes; ++l)
             next_set[lane_slots[l]] ^= uint8_t(s.uses_of_lane(l) & 1);
+    }
+
+    // One collective on a RoCE tree: the packets at the next indices.
+    void run_roce(const detail::RoceCall &c, const char *what) {
+        auto t0 = std::chrono::steady_clock::now();
+        last = CommStats{};
+        detail::RoceSteps steps(c, cfg.rank, cfg.world_size, cfg.effective_elems_per_packet(),
+                                roce_exps);
+        steps.prepare(what); // throws before anything is sent
+        try {
+            roce->run(steps, what, last);
+        } catch (...) {
+            failed = true; // the connection's sequence is now unknown to the switch
+            throw;
+        }
+        last.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        total += last;
+    }
+
+    void star_allreduce(const void *send, void *recv, size_t count, DType dtype, ReduceOp op,
+                        const char *what);
+
+    void check_root(const char *what, uint32_t root) const {
+        if (root >= cfg.world_size)
+            throw std::invalid_argument(
+                fmt::format("{}: root {} is not below world_size {}", what, root, cfg.world_size));
     }
 
     void check_usable(const char *what) const {
@@ -95,7 +174,10 @@ struct Communicator::Impl {
 
     CommConfig cfg;
     std::unique_ptr<Transport> transport;
-    detail::Engine engine;
+    std::unique_ptr<detail::Engine> engine;   ///< UDP/AF_XDP star jobs
+    std::unique_ptr<detail::RoceEngine> roce; ///< roce-tree jobs
+    std::vector<int8_t> roce_exps;
+    std::vector<int32_t> scratch;  ///< star reduce/broadcast: what non-roots send or receive
     std::vector<uint8_t> next_set; ///< per slot: set of its next use
     std::vector<uint16_t> lane_slots;
     std::vector<uint8_t> base_sets;
@@ -106,7 +188,12 @@ struct Communicator::Impl {
     CommStats last, total;
 };
 
-Communicator::Communicator(CommConfig cfg) : Communicator(cfg, transport_for(cfg)) {}
+Communicator::Communicator(CommConfig cfg) {
+    cfg.validate();
+    resolve_roce_link(cfg);
+    auto transport = transport_for(cfg);
+    impl_ = std::make_unique<Impl>(std::move(cfg), std::move(transport));
+}
 
 Communicator::Communicator(CommConfig cfg, std::unique_ptr<Transport> transport) {
     cfg.validate();
@@ -127,50 +214,102 @@ Communicator::~Communicator() {
     }
 }
 
+// Star jobs: one allreduce call through the window engine.
+void Communicator::Impl::star_allreduce(const void *send, void *recv, size_t count, DType dtype,
+                                        ReduceOp op, const char *what) {
+    if (cfg.wire == Wire::SwitchML && op != ReduceOp::Sum)
+        throw std::invalid_argument(
+            fmt::format("{} {}: the SwitchML header has no op field, the switch only sums; use the "
+                        "native wire for max/min",
+                        what, to_string(op)));
+
+    auto t0 = std::chrono::steady_clock::now();
+    auto s = detail::Schedule::make(count, cfg.effective_elems_per_packet(), cfg.window,
+                                    dtype == DType::Float32);
+    lane_slots.clear();
+    base_sets.clear();
+    for (uint32_t l = 0; l < s.lanes; ++l) {
+        lane_slots.push_back(uint16_t(l));
+        base_sets.push_back(next_set[l]);
+    }
+    detail::CallInfo call{round + 1, op, dtype, what};
+    if (dtype == DType::Int32) {
+        detail::Int32Steps h(s, cfg.wire, op, static_cast<const int32_t *>(send),
+                             static_cast<int32_t *>(recv));
+        round = call.round;
+        run(s, call, h, last);
+    } else {
+        detail::Float32Steps h(s, cfg.wire, op, cfg.world_size, static_cast<const float *>(send),
+                               static_cast<float *>(recv), local_exp, agreed);
+        h.prepare(cfg.rank); // throws before anything is sent
+        round = call.round;
+        run(s, call, h, last);
+    }
+    last.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    total += last;
+}
+
 void Communicator::allreduce(const void *send, void *recv, size_t count, DType dtype, ReduceOp op) {
     Impl &m = *impl_;
     m.check_usable("allreduce");
     m.last = CommStats{};
     if (count == 0)
         return;
-    if (!send || !recv)
-        throw std::invalid_argument("allreduce: null buffer");
-    auto s0 = reinterpret_cast<uintptr_t>(send), r0 = reinterpret_cast<uintptr_t>(recv);
-    size_t bytes = count * 4;
-    if (s0 != r0 && s0 < r0 + bytes && r0 < s0 + bytes)
-        throw std::invalid_argument("allreduce: send and recv overlap without being the same "
-                                    "buffer (in place needs send == recv)");
-    if (m.cfg.wire == Wire::SwitchML && op != ReduceOp::Sum)
-        throw std::invalid_argument(fmt::format(
-            "allreduce {}: the SwitchML header has no op field, the switch only sums; use the "
-            "native wire for max/min",
-            to_string(op)));
+    check_buffers("allreduce", send, recv, count);
+    if (m.roce)
+        m.run_roce({detail::RocePrim::AllReduce, dtype, op, 0, send, recv, count}, "allreduce");
+    else
+        m.star_allreduce(send, recv, count, dtype, op, "allreduce");
+}
 
-    auto t0 = std::chrono::steady_clock::now();
-    auto s = detail::Schedule::make(count, m.cfg.effective_elems_per_packet(), m.cfg.window,
-                                    dtype == DType::Float32);
-    m.lane_slots.clear();
-    m.base_sets.clear();
-    for (uint32_t l = 0; l < s.lanes; ++l) {
-        m.lane_slots.push_back(uint16_t(l));
-        m.base_sets.push_back(m.next_set[l]);
+void Communicator::reduce(const void *send, void *recv, size_t count, DType dtype, ReduceOp op,
+                          uint32_t root) {
+    Impl &m = *impl_;
+    m.check_usable("reduce");
+    m.last = CommStats{};
+    m.check_root("reduce", root);
+    if (count == 0)
+        return;
+    bool is_root = m.cfg.rank == root;
+    if (!send)
+        throw std::invalid_argument("reduce: null send buffer");
+    if (is_root)
+        check_buffers("reduce", send, recv, count);
+    if (m.roce) {
+        m.run_roce(
+            {detail::RocePrim::Reduce, dtype, op, root, send, is_root ? recv : nullptr, count},
+            "reduce");
+        return;
     }
-    detail::CallInfo call{m.round + 1, op, dtype, "allreduce"};
-    if (dtype == DType::Int32) {
-        detail::Int32Steps h(s, m.cfg.wire, op, static_cast<const int32_t *>(send),
-                             static_cast<int32_t *>(recv));
-        m.round = call.round;
-        m.run(s, call, h, m.last);
-    } else {
-        detail::Float32Steps h(s, m.cfg.wire, op, m.cfg.world_size,
-                               static_cast<const float *>(send), static_cast<float *>(recv),
-                               m.local_exp, m.agreed);
-        h.prepare(m.cfg.rank); // throws before anything is sent
-        m.round = call.round;
-        m.run(s, call, h, m.last);
+    if (is_root) {
+        m.star_allreduce(send, recv, count, dtype, op, "reduce");
+        return;
     }
-    m.last.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    m.total += m.last;
+    m.scratch.resize(count); // the result nobody asked for lands here
+    m.star_allreduce(send, m.scratch.data(), count, dtype, op, "reduce");
+}
+
+void Communicator::broadcast(void *buf, size_t count, DType dtype, uint32_t root) {
+    Impl &m = *impl_;
+    m.check_usable("broadcast");
+    m.last = CommStats{};
+    m.check_root("broadcast", root);
+    if (count == 0)
+        return;
+    if (!buf)
+        throw std::invalid_argument("broadcast: null buffer");
+    if (m.roce) {
+        m.run_roce({detail::RocePrim::Broadcast, dtype, ReduceOp::Sum, root, buf, buf, count},
+                   "broadcast");
+        return;
+    }
+    // The root's bits plus zeros from everyone else: exact for any dtype.
+    if (m.cfg.rank == root) {
+        m.star_allreduce(buf, buf, count, DType::Int32, ReduceOp::Sum, "broadcast");
+        return;
+    }
+    m.scratch.assign(count, 0);
+    m.star_allreduce(m.scratch.data(), buf, count, DType::Int32, ReduceOp::Sum, "broadcast");
 }
 
 void Communicator::allreduce(std::span<const int32_t> send, std::span<int32_t> recv, ReduceOp op) {
@@ -188,8 +327,15 @@ void Communicator::allreduce(std::span<const float> send, std::span<float> recv,
 }
 
 void Communicator::barrier() {
+    Impl &m = *impl_;
+    m.check_usable("barrier");
+    m.last = CommStats{};
+    if (m.roce) {
+        m.run_roce({detail::RocePrim::Barrier}, "barrier");
+        return;
+    }
     int32_t v = 0;
-    allreduce(&v, &v, 1, DType::Int32, ReduceOp::Sum);
+    m.star_allreduce(&v, &v, 1, DType::Int32, ReduceOp::Sum, "barrier");
 }
 
 void Communicator::close() {
@@ -197,6 +343,12 @@ void Communicator::close() {
     if (m.closed)
         return;
     m.check_usable("close");
+    if (m.roce) {
+        // Nothing to park: a new connection starts from idx 0 once the
+        // switches were reset (docs/ROCE.md §4).
+        m.closed = true;
+        return;
+    }
     // Slots used an odd number of times get one empty packet in set 1.
     m.lane_slots.clear();
     m.base_sets.clear();

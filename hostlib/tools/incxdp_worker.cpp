@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// incxdp-worker: one rank of an allreduce job, bootstrapped from a topology
-// file. Runs N iterations on deterministic data and optionally verifies
-// every result against a local recomputation of all ranks' data.
+// incxdp-worker: one rank of a job, bootstrapped from a topology file. Runs
+// N iterations of one collective (allreduce, reduce, broadcast, barrier) on
+// deterministic data and optionally verifies every result against a local
+// recomputation of all ranks' data.
 #include "tool_common.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -21,6 +23,7 @@ namespace {
 
 struct Options {
     BootstrapOptions boot;
+    CollectiveOptions coll;
     std::string size = "1M";
     uint32_t iters = 1;
     bool verify = false;
@@ -35,7 +38,32 @@ json stats_json(const CommStats &s) {
             {"timeouts", s.timeouts},
             {"duplicates", s.duplicates},
             {"stale", s.stale},
-            {"malformed", s.malformed}};
+            {"malformed", s.malformed},
+            {"acks", s.acks},
+            {"naks", s.naks},
+            {"bad_icrc", s.bad_icrc}};
+}
+
+// What a non-root rank's reduce buffer holds before and, untouched, after.
+constexpr int32_t kUntouched = 0x5a5a5a5a;
+
+// Checks one iteration's result (verify_* of tool_common).
+template <typename T>
+VerifyResult check(const Options &o, const CommConfig &cfg, Prim prim, ReduceOp op,
+                   std::span<const T> recv) {
+    std::span<const int32_t> bits(reinterpret_cast<const int32_t *>(recv.data()), recv.size());
+    bool reduced = prim == Prim::AllReduce || (prim == Prim::Reduce && cfg.rank == o.coll.root);
+    if (prim == Prim::Barrier)
+        return {};
+    if (prim == Prim::Broadcast)
+        return verify_broadcast(bits, o.boot.seed, o.coll.root, parse_dtype(o.boot.dtype));
+    if (!reduced)
+        return verify_untouched(bits, kUntouched);
+    if constexpr (std::is_same_v<T, int32_t>)
+        return verify_int32(recv, o.boot.seed, cfg.world_size, op);
+    else
+        return verify_float32(recv, o.boot.seed, cfg.world_size, op,
+                              cfg.effective_elems_per_packet());
 }
 
 // Runs the iterations; returns false if a verification failed.
@@ -43,26 +71,30 @@ template <typename T> bool run(Communicator &comm, const Options &o, uint64_t by
     const auto &cfg = comm.config();
     DType dtype = parse_dtype(o.boot.dtype);
     ReduceOp op = parse_op(o.boot.op);
-    size_t count = bytes / 4;
+    Prim prim = parse_prim(o.coll.prim);
+    size_t count = prim == Prim::Barrier ? 0 : bytes / 4;
     std::vector<T> send(count), recv(count);
     fill(std::span<T>(send), o.boot.seed, cfg.rank);
+    std::string what = prim == Prim::AllReduce || prim == Prim::Barrier
+                           ? std::string(to_string(prim))
+                           : fmt::format("{} (root {})", to_string(prim), o.coll.root);
 
     bool all_ok = true;
     for (uint32_t it = 0; it < o.iters; ++it) {
+        if (prim == Prim::Broadcast) // in place: every rank starts from its own data
+            recv = send;
+        else if (prim == Prim::Reduce && cfg.rank != o.coll.root)
+            std::fill_n(reinterpret_cast<int32_t *>(recv.data()), count, kUntouched);
         comm.barrier(); // do not time the ranks' skew
-        comm.allreduce(send.data(), recv.data(), count, dtype, op);
+        run_collective(comm, prim, o.coll.root, send.data(), recv.data(), count, dtype, op);
         CommStats st = comm.last_stats();
+        uint64_t moved = prim == Prim::Barrier ? 0 : bytes;
         json j = stats_json(st);
         j["iter"] = it;
-        j["algbw_MBps"] = algbw_mbps(bytes, st.seconds);
+        j["algbw_MBps"] = algbw_mbps(moved, st.seconds);
         std::string verdict;
         if (o.verify) {
-            VerifyResult v;
-            if constexpr (std::is_same_v<T, int32_t>)
-                v = verify_int32(recv, o.boot.seed, cfg.world_size, op);
-            else
-                v = verify_float32(recv, o.boot.seed, cfg.world_size, op,
-                                   cfg.effective_elems_per_packet());
+            VerifyResult v = check<T>(o, cfg, prim, op, recv);
             all_ok = all_ok && v.ok;
             j["verify"] = v.ok ? "ok" : "failed";
             if (!v.ok)
@@ -74,10 +106,16 @@ template <typename T> bool run(Communicator &comm, const Options &o, uint64_t by
             verdict = ", verify " + v.describe();
         }
         out["iterations"].push_back(j);
-        if (!o.boot.json)
-            fmt::print("rank {}: allreduce {} {} {}: {:.3f} s, {:.1f} MB/s algbw, retx {}{}\n",
-                       cfg.rank, format_size(bytes), o.boot.dtype, o.boot.op, st.seconds,
-                       algbw_mbps(bytes, st.seconds), st.retransmissions, verdict);
+        if (!o.boot.json) {
+            if (prim == Prim::Barrier)
+                fmt::print("rank {}: barrier: {:.6f} s, retx {}{}\n", cfg.rank, st.seconds,
+                           st.retransmissions, verdict);
+            else
+                fmt::print("rank {}: {} {} {}{}: {:.3f} s, {:.1f} MB/s algbw, retx {}{}\n",
+                           cfg.rank, what, format_size(bytes), o.boot.dtype,
+                           prim == Prim::Broadcast ? "" : " " + o.boot.op, st.seconds,
+                           algbw_mbps(bytes, st.seconds), st.retransmissions, verdict);
+        }
         std::fflush(stdout);
     }
     return all_ok;
@@ -86,9 +124,10 @@ template <typename T> bool run(Communicator &comm, const Options &o, uint64_t by
 } // namespace
 
 int main(int argc, char **argv) {
-    CLI::App app{"incxdp-worker: one rank of an in-network allreduce job"};
+    CLI::App app{"incxdp-worker: one rank of an in-network collective job"};
     Options o;
     add_bootstrap_options(app, o.boot);
+    add_collective_options(app, o.coll);
     app.add_option("--size", o.size, "Buffer size in bytes (K/M/G suffixes: 64M)")
         ->capture_default_str();
     app.add_option("--iters", o.iters, "Iterations")->capture_default_str();
@@ -99,8 +138,9 @@ int main(int argc, char **argv) {
         return app.exit(e) == 0 ? 0 : 2;
     }
 
-    json out = {{"rank", o.boot.rank}, {"job", o.boot.job},   {"dtype", o.boot.dtype},
-                {"op", o.boot.op},     {"wire", o.boot.wire}, {"iterations", json::array()}};
+    json out = {{"rank", o.boot.rank}, {"job", o.boot.job},          {"dtype", o.boot.dtype},
+                {"op", o.boot.op},     {"wire", o.boot.wire},        {"prim", o.coll.prim},
+                {"root", o.coll.root}, {"iterations", json::array()}};
     int rc = 0;
     try {
         uint64_t bytes = parse_size(o.size);
@@ -109,6 +149,9 @@ int main(int argc, char **argv) {
         out["world_size"] = cfg.world_size;
         out["window"] = cfg.window;
         out["elems_per_packet"] = cfg.effective_elems_per_packet();
+        out["transport"] = to_string(cfg.transport);
+        if (cfg.transport == TransportKind::Roce)
+            out["wire"] = "roce";
         Communicator comm(cfg);
         bool ok = o.boot.dtype == "float32" ? run<float>(comm, o, bytes, out)
                                             : run<int32_t>(comm, o, bytes, out);

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
 #include <cmath>
 #include <limits>
@@ -107,9 +108,10 @@ void add_bootstrap_options(CLI::App &app, BootstrapOptions &o) {
         ->check(CLI::IsMember({"native", "switchml"}))
         ->capture_default_str();
     app.add_option("--transport", o.transport,
-                   "udp socket, or afxdp socket (root) on the worker's interface")
-        ->check(CLI::IsMember({"udp", "afxdp"}))
-        ->capture_default_str();
+                   "udp socket, afxdp socket (root) on the worker's interface, or roce (RoCEv2 "
+                   "over AF_XDP, root) for a roce-tree job (default: roce for roce-tree jobs, "
+                   "else udp)")
+        ->check(CLI::IsMember({"udp", "afxdp", "roce"}));
     app.add_option("--batch", o.batch, "Datagrams per syscall / ring operation (0: 64)")
         ->capture_default_str();
     app.add_option("--xdp-tx", o.xdp_tx,
@@ -120,12 +122,14 @@ void add_bootstrap_options(CLI::App &app, BootstrapOptions &o) {
     app.add_flag("--udp-gro", o.udp_gro, "udp: UDP_GRO on the socket (needs GRO on the interface)");
     app.add_option("--window", o.window, "Slots in flight (0: min(128, job slots))")
         ->capture_default_str();
-    app.add_option("--elems", o.elems, "Elements per packet (0: 832 native, 256 switchml)")
+    app.add_option("--elems", o.elems,
+                   "Elements per packet (0: 832 native, 256 switchml, 512 roce)")
         ->capture_default_str();
     app.add_option("--switch-port", o.switch_port,
                    "Switch UDP port (0: 0xBEF0 native, 0xBEE0 switchml)")
         ->capture_default_str();
-    app.add_option("--timeout", o.timeout_ms, "First retransmission timeout, ms")
+    app.add_option("--timeout", o.timeout_ms,
+                   "First retransmission timeout, ms (0: 20, roce-tree jobs 50)")
         ->capture_default_str();
     app.add_option("--deadline", o.deadline_s, "Give up after this many seconds without progress")
         ->capture_default_str();
@@ -136,7 +140,18 @@ void add_bootstrap_options(CLI::App &app, BootstrapOptions &o) {
 CommConfig make_config(const BootstrapOptions &o) {
     CommConfig c = CommConfig::from_topology(o.topo, o.job, o.rank);
     c.wire = parse_wire(o.wire);
-    c.transport = parse_transport(o.transport);
+    if (!o.transport.empty()) {
+        TransportKind t = parse_transport(o.transport);
+        bool tree = c.transport == TransportKind::Roce;
+        if (tree != (t == TransportKind::Roce))
+            throw std::invalid_argument(
+                tree ? fmt::format("job {} of {} is a roce-tree job: run it with --transport roce",
+                                   o.job, o.topo)
+                     : fmt::format("job {} of {} is a star job: --transport roce needs a `kind: "
+                                   "roce-tree` job",
+                                   o.job, o.topo));
+        c.transport = t;
+    }
     if (o.batch)
         c.batch = o.batch;
     c.udp_gso = !o.no_gso;
@@ -146,8 +161,10 @@ CommConfig make_config(const BootstrapOptions &o) {
         c.window = o.window;
     c.elems_per_packet = o.elems;
     c.switch_port = uint16_t(o.switch_port);
-    c.timeout = std::chrono::milliseconds(o.timeout_ms);
-    c.max_timeout = std::max(c.max_timeout, c.timeout);
+    if (o.timeout_ms) {
+        c.timeout = std::chrono::milliseconds(o.timeout_ms);
+        c.max_timeout = std::max(c.max_timeout, c.timeout);
+    }
     c.deadline = std::chrono::milliseconds(int64_t(o.deadline_s * 1000));
     c.validate();
     return c;
@@ -246,6 +263,82 @@ VerifyResult verify_float32(std::span<const float> got, uint64_t seed, uint32_t 
                 note_mismatch(r, begin + i, got[begin + i], want, bound);
         }
     }
+    return r;
+}
+
+Prim parse_prim(std::string_view s) {
+    if (s == "allreduce")
+        return Prim::AllReduce;
+    if (s == "reduce")
+        return Prim::Reduce;
+    if (s == "broadcast")
+        return Prim::Broadcast;
+    if (s == "barrier")
+        return Prim::Barrier;
+    throw std::invalid_argument(
+        fmt::format("collective '{}': expected allreduce, reduce, broadcast or barrier", s));
+}
+
+const char *to_string(Prim p) {
+    switch (p) {
+    case Prim::Reduce:
+        return "reduce";
+    case Prim::Broadcast:
+        return "broadcast";
+    case Prim::Barrier:
+        return "barrier";
+    default:
+        return "allreduce";
+    }
+}
+
+void add_collective_options(CLI::App &app, CollectiveOptions &o) {
+    app.add_option("--prim", o.prim, "Collective")
+        ->check(CLI::IsMember({"allreduce", "reduce", "broadcast", "barrier"}))
+        ->capture_default_str();
+    app.add_option("--root", o.root, "Root rank of reduce and broadcast")->capture_default_str();
+}
+
+void run_collective(Communicator &comm, Prim prim, uint32_t root, const void *send, void *recv,
+                    size_t count, DType dtype, ReduceOp op) {
+    switch (prim) {
+    case Prim::AllReduce:
+        comm.allreduce(send, recv, count, dtype, op);
+        break;
+    case Prim::Reduce:
+        comm.reduce(send, recv, count, dtype, op, root);
+        break;
+    case Prim::Broadcast:
+        comm.broadcast(recv, count, dtype, root);
+        break;
+    case Prim::Barrier:
+        comm.barrier();
+        break;
+    }
+}
+
+VerifyResult verify_broadcast(std::span<const int32_t> got_bits, uint64_t seed, uint32_t root,
+                              DType dtype) {
+    VerifyResult r;
+    for (size_t i = 0; i < got_bits.size(); ++i) {
+        int32_t want = dtype == DType::Int32 ? gen_int32(seed, root, i)
+                                             : std::bit_cast<int32_t>(gen_float32(seed, root, i));
+        if (got_bits[i] != want) {
+            if (dtype == DType::Int32)
+                note_mismatch(r, i, got_bits[i], want, 0);
+            else
+                note_mismatch(r, i, std::bit_cast<float>(got_bits[i]), std::bit_cast<float>(want),
+                              0);
+        }
+    }
+    return r;
+}
+
+VerifyResult verify_untouched(std::span<const int32_t> got_bits, int32_t marker) {
+    VerifyResult r;
+    for (size_t i = 0; i < got_bits.size(); ++i)
+        if (got_bits[i] != marker)
+            note_mismatch(r, i, got_bits[i], marker, 0);
     return r;
 }
 

@@ -31,14 +31,14 @@ struct BootstrapOptions {
     std::string dtype = "int32";
     std::string op = "sum";
     std::string wire = "native";
-    std::string transport = "udp";
-    uint32_t batch = 0; // 0 = library default
+    std::string transport; // udp | afxdp | roce; empty = roce for roce-tree jobs, else udp
+    uint32_t batch = 0;    // 0 = library default
     bool no_gso = false, udp_gro = false;
     std::string xdp_tx = "live"; // afxdp: live | ring
     uint32_t window = 0;         // 0 = from the topology (min(128, job slots))
     uint32_t elems = 0;          // 0 = wire default
     uint32_t switch_port = 0;    // 0 = wire default
-    uint32_t timeout_ms = 20;
+    uint32_t timeout_ms = 0;     // 0 = the library's (20 ms; roce-tree jobs 50 ms)
     double deadline_s = 30;
     uint64_t seed = 1;
     bool json = false;
@@ -46,7 +46,25 @@ struct BootstrapOptions {
 
 void add_bootstrap_options(CLI::App &app, BootstrapOptions &o);
 /// CommConfig::from_topology() plus the overrides given on the command line.
+/// Throws std::invalid_argument for a transport the job cannot use (roce
+/// on a star job, udp/afxdp on a roce-tree job).
 CommConfig make_config(const BootstrapOptions &o);
+
+/// Which collective a tool runs.
+enum class Prim { AllReduce, Reduce, Broadcast, Barrier };
+Prim parse_prim(std::string_view s); ///< throws std::invalid_argument
+const char *to_string(Prim p);
+
+struct CollectiveOptions {
+    std::string prim = "allreduce";
+    uint32_t root = 0; ///< reduce/broadcast
+};
+void add_collective_options(CLI::App &app, CollectiveOptions &o);
+
+/// Run one collective: allreduce send -> recv; reduce send -> recv (root);
+/// broadcast recv in place (send unused); barrier (no data).
+void run_collective(Communicator &comm, Prim prim, uint32_t root, const void *send, void *recv,
+                    size_t count, DType dtype, ReduceOp op);
 
 /// Deterministic data: element `index` of rank `rank` for seed `seed`.
 /// int32 covers the full range (sums wrap); float32 is uniform in (-1, 1)
@@ -73,6 +91,12 @@ struct VerifyResult {
 VerifyResult verify_int32(std::span<const int32_t> got, uint64_t seed, uint32_t world, ReduceOp op);
 VerifyResult verify_float32(std::span<const float> got, uint64_t seed, uint32_t world, ReduceOp op,
                             uint32_t per_packet);
+
+/// Broadcast: every element's bits equal those of rank `root`'s data.
+VerifyResult verify_broadcast(std::span<const int32_t> got_bits, uint64_t seed, uint32_t root,
+                              DType dtype);
+/// Reduce on a non-root rank: recv still holds `marker` everywhere.
+VerifyResult verify_untouched(std::span<const int32_t> got_bits, int32_t marker);
 
 /// algbw in MB/s (10^6 bytes) for `bytes` in `seconds`.
 double algbw_mbps(uint64_t bytes, double seconds);

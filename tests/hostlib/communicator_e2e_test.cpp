@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <limits>
@@ -421,4 +422,82 @@ TEST(CommunicatorE2E, RejectsBadArguments) {
     EXPECT_THROW(c.validate(), std::invalid_argument);
     c.elems_per_packet = 64;
     EXPECT_NO_THROW(c.validate());
+}
+
+// Star jobs: reduce is an allreduce whose result only the root keeps,
+// broadcast an int32 sum of the root's bits and everyone else's zeros.
+TEST(CommunicatorE2E, ReduceAndBroadcastOnStar) {
+    for (Wire wire : {Wire::Native, Wire::SwitchML}) {
+        SCOPED_TRACE(to_string(wire));
+        ClusterOptions o;
+        o.wire = wire;
+        o.drop = 0.03;
+        Cluster cl(o);
+        const uint32_t n = cl.opts().ranks;
+        const size_t count = 5000;
+        const int32_t marker = 0x5a5a5a5a;
+        for (uint32_t root : {0u, 2u}) {
+            std::vector<std::vector<int32_t>> in(n), out(n, std::vector<int32_t>(count, marker));
+            for (uint32_t r = 0; r < n; ++r)
+                in[r] = int_data(r, count, 40 + root);
+            cl.parallel_ok([&](uint32_t r, Communicator &c) {
+                c.reduce(in[r].data(), r == 3 ? nullptr : out[r].data(), count, DType::Int32,
+                         ReduceOp::Sum, root);
+            });
+            for (size_t i = 0; i < count; ++i) {
+                uint32_t sum = 0;
+                for (uint32_t r = 0; r < n; ++r)
+                    sum += uint32_t(in[r][i]);
+                ASSERT_EQ(out[root][i], int32_t(sum)) << "root " << root << " element " << i;
+            }
+            for (uint32_t r = 0; r < n; ++r) {
+                if (r != root) {
+                    ASSERT_EQ(out[r], std::vector<int32_t>(count, marker)) << "rank " << r;
+                }
+            }
+
+            // Broadcast float bits, NaN and infinity patterns included.
+            std::vector<std::vector<float>> buf(n, std::vector<float>(count));
+            for (uint32_t r = 0; r < n; ++r) {
+                auto bits = int_data(r + 10, count, 50 + root);
+                std::memcpy(buf[r].data(), bits.data(), 4 * count);
+            }
+            auto want = buf[root];
+            cl.parallel_ok([&](uint32_t r, Communicator &c) {
+                c.broadcast(buf[r].data(), count, DType::Float32, root);
+            });
+            for (uint32_t r = 0; r < n; ++r)
+                ASSERT_EQ(std::memcmp(buf[r].data(), want.data(), 4 * count), 0) << "rank " << r;
+        }
+        if (wire == Wire::Native) {
+            // Float max through reduce: the root within the bound.
+            std::vector<std::vector<float>> in(n);
+            std::vector<float> out(count);
+            for (uint32_t r = 0; r < n; ++r)
+                in[r] = float_data(r, count, 77);
+            cl.parallel_ok([&](uint32_t r, Communicator &c) {
+                c.reduce(in[r].data(), r == 1 ? out.data() : nullptr, count, DType::Float32,
+                         ReduceOp::Max, 1);
+            });
+            uint32_t per = cl.comm(0).config().effective_elems_per_packet();
+            for (size_t i = 0; i < count; ++i) {
+                size_t b = i / per * per, len = std::min<size_t>(per, count - b);
+                int8_t agreed = int8_t(quant::kMinExpField);
+                float want = in[0][i];
+                for (uint32_t r = 0; r < n; ++r) {
+                    agreed =
+                        std::max(agreed, quant::block_exponent(std::span(in[r]).subspan(b, len)));
+                    want = std::max(want, in[r][i]);
+                }
+                ASSERT_LE(std::fabs(double(out[i]) - want),
+                          quant::result_bound(agreed, n, ReduceOp::Max, want))
+                    << i;
+            }
+        }
+        std::vector<int32_t> v(4);
+        EXPECT_THROW(cl.comm(0).reduce(v.data(), v.data(), 4, DType::Int32, ReduceOp::Sum, n),
+                     std::invalid_argument);
+        EXPECT_THROW(cl.comm(0).broadcast(v.data(), 4, DType::Int32, n), std::invalid_argument);
+        EXPECT_EQ(cl.sw().counters().mismatch, 0u);
+    }
 }

@@ -27,6 +27,9 @@
 #define INCXDP_MAP_PORTS "incxdp_ports"
 #define INCXDP_MAP_STATS "incxdp_stats"
 #define INCXDP_MAP_INFO "incxdp_info"
+#define INCXDP_MAP_ROCE_CONNS "incxdp_roce_conns"
+
+#define INCXDP_MAX_ROCE_CONNS 4096
 
 enum incxdp_wire {
 	INCXDP_WIRE_NATIVE = 0,
@@ -62,13 +65,23 @@ struct incxdp_worker {
 };
 
 /* incxdp_jobs (array indexed by job id): what the controller installed. */
+enum incxdp_job_kind {
+	INCXDP_JOB_STAR = 0,      /* UDP (native/SwitchML), workers in incxdp_workers */
+	INCXDP_JOB_ROCE_TREE = 1, /* RoCEv2 RC connections in incxdp_roce_conns */
+};
+
 struct incxdp_job {
 	__u32 active;      /* 0 = no such job */
-	__u32 nworkers;
+	__u32 nworkers;    /* STAR: workers; ROCE_TREE: children of this switch (fan-in) */
 	__u32 pool_base;   /* first entry of the job's range in incxdp_slots */
 	__u32 pool_size;   /* slots in the range; window slot must be below */
 	__u32 max_elems;   /* per packet, <= INCXDP_MAX_ELEMS */
 	__be32 switch_ip;  /* source address of results */
+	__u32 kind;        /* enum incxdp_job_kind */
+	/* ROCE_TREE: switch-local QPN of the connection to the parent switch;
+	 * 0 = this switch is the root of the job's tree. pool_size is a power
+	 * of two there: idx picks slot idx % pool_size, set (idx / pool_size) & 1. */
+	__u32 parent_qpn;
 };
 
 /* incxdp_egress: per-copy rewrite of a multicast result. Key: job and the
@@ -86,6 +99,53 @@ struct incxdp_egress {
 	__be32 src_ip;
 	__be16 dst_port;
 	__u16 pad; /* results leave from the UDP port the workers address */
+	/* ROCE_TREE: switch-local QPN of the child connection behind this
+	 * port (incxdp_roce_conns); the MAC/IP/port fields above are unused. */
+	__u32 roce_qpn;
+};
+
+/*
+ * incxdp_roce_conns: one RC connection between this switch and a peer (a
+ * child: host or switch below; or the parent switch above). Key: the QPN
+ * this switch has on it, i.e. the destination QPN of the peer's frames.
+ * A frame must also come from the peer's MAC and IP on the connection's
+ * port, or it is refused (QPN isolation; docs/ROCE.md).
+ * The first block is written by `incxdp rules apply`; the receive state at
+ * the end is the engine's (reset to rx_base by rules apply / job reset).
+ */
+enum incxdp_roce_role {
+	INCXDP_ROCE_CHILD = 1,  /* the peer sends contributions up, we send results down */
+	INCXDP_ROCE_PARENT = 2, /* the peer is our parent: we send aggregates up, it sends results down */
+};
+
+struct incxdp_roce_conn_key {
+	__u32 qpn; /* host order, < 2^24 */
+};
+
+struct incxdp_roce_conn {
+	__u32 job;
+	__u8 role;     /* enum incxdp_roce_role */
+	/* 1: in-order only, ahead => NAK (a go-back-N peer: hosts);
+	 * 0: any PSN within the window is taken, the slot bitmap drops
+	 *    duplicates (a switch peer, which cannot go back N from XDP). */
+	__u8 strict;
+	__u16 child;   /* CHILD: the peer's bit in the slot bitmap, < nworkers */
+	__u32 ifindex; /* the switch port the peer is behind */
+	__u8 peer_mac[6];
+	__u8 own_mac[6];
+	__be32 peer_ip;
+	__be32 own_ip;    /* source address of our frames to the peer */
+	__u32 peer_qpn;   /* destination QPN of our frames to the peer */
+	__u32 rx_base;    /* PSN of idx 0 in the peer's stream to us */
+	__u32 tx_base;    /* PSN of idx 0 in our stream to the peer */
+	__be16 udp_sport; /* source UDP port of our frames to the peer */
+	__u16 pad0;
+	__u64 subtree_ranks; /* CHILD: bit r = rank r is at or below the peer */
+	/* receive state, the engine's */
+	__u32 epsn;     /* next PSN expected from the peer */
+	__u32 msn;      /* messages accepted (AETH MSN) */
+	__u32 imm;      /* last ImmDt from the peer (host order), for frames without one */
+	__u32 nak_sent; /* strict: a NAK for epsn is out; no more until it arrives */
 };
 
 /* One aggregation slot, both shadow sets. The lock guards every field;
@@ -102,8 +162,13 @@ struct incxdp_slot_set {
 	__u16 nelems;
 	__s8 exp0;       /* signed max of the contributions' exponents */
 	__s8 exp1;
-	__u16 pad;
+	__u16 flags;     /* INCXDP_SET_* */
 };
+
+/* ROCE_TREE: the set holds the job's final result, not only this switch's
+ * aggregate (always at the root once complete; at other switches once the
+ * parent's result came down). */
+#define INCXDP_SET_RESULT 0x1
 
 struct incxdp_slot {
 	struct bpf_spin_lock lock;
@@ -129,6 +194,23 @@ enum incxdp_stat {
 	INCXDP_STAT_RETX_UNICAST,      /* retransmission to a complete set: result unicast */
 	INCXDP_STAT_RETX_DROP,         /* retransmission to an incomplete set: dropped */
 	INCXDP_STAT_STALE,             /* retransmission naming an older chunk: dropped */
+	/* RoCEv2 (UDP 4791), docs/ROCE.md */
+	INCXDP_STAT_ROCE_MALFORMED,    /* bad BTH/ImmDt/lengths, unsupported opcode: dropped */
+	INCXDP_STAT_ROCE_BAD_ICRC,     /* ICRC mismatch: dropped */
+	INCXDP_STAT_ROCE_UNKNOWN_QP,   /* no such QPN, or not from its peer's MAC/IP/port: dropped */
+	INCXDP_STAT_ROCE_ABSORBED,     /* in order, aggregated, no ACK asked for: dropped */
+	INCXDP_STAT_ROCE_ACK,          /* in order, aggregated, ACK sent (XDP_TX) */
+	INCXDP_STAT_ROCE_NAK,          /* ahead of the expected PSN: NAK sent (XDP_TX) */
+	INCXDP_STAT_ROCE_AHEAD_DROP,   /* ahead, a NAK is already out: dropped */
+	INCXDP_STAT_ROCE_UP,           /* completed below the root: aggregate sent to the parent */
+	INCXDP_STAT_ROCE_DOWN,         /* completed at the root / result from the parent: multicast */
+	INCXDP_STAT_ROCE_DUP_ACK,      /* duplicate, slot still incomplete: ACK re-sent */
+	INCXDP_STAT_ROCE_DUP_RESULT,   /* duplicate, result held: result unicast (XDP_TX) */
+	INCXDP_STAT_ROCE_DUP_UP,       /* duplicate, waiting for the parent: aggregate re-sent up */
+	INCXDP_STAT_ROCE_STALE,        /* PSN of a slot use already past or not begun: dropped */
+	INCXDP_STAT_ROCE_MISMATCH,     /* ImmDt/size disagrees with the slot's: dropped */
+	INCXDP_STAT_ROCE_PEER_ACK,     /* ACK from a peer: consumed */
+	INCXDP_STAT_ROCE_PEER_NAK,     /* NAK from a peer: the result re-sent if held, else dropped */
 	INCXDP_STAT_INGRESS_VERDICTS,  /* (how many ingress verdicts there are) */
 	INCXDP_STAT_REDIRECT_FAIL = INCXDP_STAT_INGRESS_VERDICTS, /* completed, but the multicast redirect was refused */
 	INCXDP_STAT_EGRESS_TX,         /* multicast copy rewritten and sent */

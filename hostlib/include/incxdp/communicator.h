@@ -13,11 +13,15 @@
 // float32 travels as int32 with a per-chunk block exponent agreed through
 // the switch (the `exp` field, signed max), pipelined: chunk c's packet
 // carries the exponent of chunk c + window. Error bound in quantize.h.
+//
+// TransportKind::Roce speaks RoCEv2 to a tree of switches instead
+// (docs/ROCE.md): one packet per index of the job's sequence, go-back-N.
 #pragma once
 
 #include <incxdp/reduce_op.h>
 #include <incxdp/transport.h>
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -32,24 +36,42 @@ namespace incxdp {
 enum class TransportKind {
     Udp,   ///< a UDP socket (sendmmsg/recvmmsg, GSO, GRO)
     AfXdp, ///< an AF_XDP socket on the worker's interface (root)
+    Roce,  ///< RoCEv2 frames to a roce-tree job's leaf switch, over AF_XDP (root)
 };
-/// "udp", "afxdp"; parse throws std::invalid_argument naming the text.
+/// "udp", "afxdp", "roce"; parse throws std::invalid_argument naming the text.
 TransportKind parse_transport(const std::string &s);
 const char *to_string(TransportKind t);
+
+/// TransportKind::Roce: this rank's RC connection to its leaf switch
+/// (topo::RoceConn of the rank, docs/ROCE.md §1). The frames go from
+/// local_ip:sport to switch_ip:4791, the switch's frames to local_ip:4791.
+struct RoceConnConfig {
+    uint32_t local_qpn = 0;  ///< this host's QPN: destination QPN of the switch's frames
+    uint32_t remote_qpn = 0; ///< the switch's QPN: destination QPN of our frames
+    uint32_t up_base = 0;    ///< PSN of idx 0 in our stream (mod 2^24)
+    uint32_t down_base = 0;  ///< PSN of idx 0 in the switch's stream to us
+    uint16_t sport = 0;      ///< UDP source port of our frames
+    uint32_t pool = 0;       ///< the job's slot pool; window must not exceed it (0: unchecked)
+    uint32_t ack_every = 32; ///< AckReq on every this many packets (and before blocking)
+    /// Zero: the interface's MAC / the neighbour table's entry for switch_ip,
+    /// looked up when Communicator(CommConfig) opens the transport.
+    std::array<uint8_t, 6> local_mac{}, switch_mac{};
+};
 
 /// Everything a rank needs to reach the switch. All ranks of a job must use
 /// the same world_size, job, window, elems_per_packet and wire.
 struct CommConfig {
     uint32_t rank = 0;
-    uint32_t world_size = 1;       ///< workers in the job, <= 32
-    uint32_t job = 0;              ///< job id installed on the switch
-    std::string switch_ip;         ///< switch service address
-    uint16_t switch_port = 0;      ///< 0 = wire default: 0xBEF0 native, 0xBEE0 SwitchML
-    std::string local_ip;          ///< this worker's address (bound)
-    uint16_t local_port = 0;       ///< this worker's UDP port (the switch's worker table)
-    uint32_t window = 64;          ///< slots in flight, <= the job's slot pool
-    uint32_t elems_per_packet = 0; ///< 0 = wire default: 832 native, 256 SwitchML (capped by mtu)
-    uint32_t mtu = 0;              ///< IP MTU of the worker's link; 0 = unknown, not checked
+    uint32_t world_size = 1;  ///< workers in the job, <= 32 (roce: <= 64)
+    uint32_t job = 0;         ///< job id installed on the switch
+    std::string switch_ip;    ///< switch service address
+    uint16_t switch_port = 0; ///< 0 = wire default: 0xBEF0 native, 0xBEE0 SwitchML
+    std::string local_ip;     ///< this worker's address (bound)
+    uint16_t local_port = 0;  ///< this worker's UDP port (the switch's worker table)
+    uint32_t window = 64;     ///< slots in flight, <= the job's slot pool
+    uint32_t elems_per_packet =
+        0;            ///< 0 = default: 832 native, 256 SwitchML, 512 roce (capped by mtu)
+    uint32_t mtu = 0; ///< IP MTU of the worker's link; 0 = unknown, not checked
     Wire wire = Wire::Native;
     std::chrono::milliseconds timeout{20};        ///< first retransmission timeout
     std::chrono::milliseconds max_timeout{200};   ///< backoff doubles up to this
@@ -62,11 +84,15 @@ struct CommConfig {
     bool udp_gro = false;           ///< UDP: UDP_GRO on receive (did not pay: docs/PERF.md)
     std::string xdp_iface;          ///< AfXdp: interface; empty = the one holding local_ip
     uint32_t xdp_queue = 0;         ///< AfXdp: rx queue of the socket
-    bool xdp_tx_live_frames = true; ///< AfXdp: send as live XDP frames, not via the tx ring
+    bool xdp_tx_live_frames = true; ///< AfXdp/Roce: send as live XDP frames, not via the tx ring
+    RoceConnConfig roce;            ///< Roce: the connection (from_topology fills it)
 
     /// Fill rank, world_size, job, addresses and ports from a topology file:
     /// local = the rank's host IP and the job's worker_port, remote = the
     /// job's switch IP, window = min(128, job slots), mtu = the topology's.
+    /// For a `kind: roce-tree` job: transport Roce, local = the rank's host
+    /// IP and port 4791, remote = its leaf switch, `roce` from the job's
+    /// tree (topo::plan_tree, the rank's connection), window = min(128, pool).
     /// Throws std::invalid_argument naming the file and what is wrong.
     static CommConfig from_topology(const std::string &path, uint32_t job_id, uint32_t rank);
 
@@ -90,12 +116,16 @@ struct CommStats {
     uint64_t duplicates = 0;      ///< results of this call for an already finished step
     uint64_t stale = 0;           ///< results of another call, set or slot
     uint64_t malformed = 0;       ///< datagrams that are not a result for this job
+    uint64_t acks = 0;            ///< roce: ACKs from the switch
+    uint64_t naks = 0;            ///< roce: NAKs (PSN sequence error): went back N
+    uint64_t bad_icrc = 0;        ///< roce: frames with a wrong ICRC, dropped
     double seconds = 0;
 
     CommStats &operator+=(const CommStats &o);
 };
 
-/// Raised when the switch made no progress; names the stuck slot and chunk.
+/// Raised when the switch made no progress; names the stuck slot and chunk
+/// (roce: chunk = the packet index idx of the job's sequence, slot = idx % pool).
 struct CommTimeout : std::runtime_error {
     CommTimeout(const std::string &what, uint32_t rank_, uint32_t job_, uint32_t slot_,
                 uint64_t chunk_)
@@ -130,15 +160,30 @@ class Communicator {
     void allreduce(std::span<const int32_t> send, std::span<int32_t> recv, ReduceOp op);
     void allreduce(std::span<const float> send, std::span<float> recv, ReduceOp op);
 
+    /// recv[i] = op over all ranks of send[i] on rank `root`; recv is only
+    /// written there (other ranks may pass nullptr). Same rules and errors as
+    /// allreduce; every rank must pass the same root (< world_size).
+    /// Roce: the switches send the data down to the root only. UDP/AF_XDP:
+    /// an allreduce whose result only the root keeps.
+    void reduce(const void *send, void *recv, size_t count, DType dtype, ReduceOp op,
+                uint32_t root);
+
+    /// buf on every rank = buf of rank `root`, bit for bit (any dtype).
+    /// Roce: the root's packets are the only ones with data. UDP/AF_XDP: an
+    /// int32 sum of the raw bits with zeros from every other rank.
+    void broadcast(void *buf, size_t count, DType dtype, uint32_t root);
+
     /// Collective: returns once every rank entered it (a one-element int32
-    /// allreduce). Tools call it before timing a collective so that the skew
-    /// between ranks is not measured.
+    /// allreduce; roce: one payload-free Barrier packet). Tools call it
+    /// before timing a collective so that the skew between ranks is not
+    /// measured.
     void barrier();
 
     /// Collective: leave every slot this communicator used with an even number
     /// of uses, i.e. its next use in set 0 and the rank's bit clear there, so
     /// a later communicator on the same job (a new process) starts cleanly.
-    /// Costs at most one small packet per slot. Idempotent.
+    /// Costs at most one small packet per slot. Idempotent. Roce: nothing to
+    /// send (a new communicator needs `incxdp rules apply` / `job reset`).
     void close();
 
     const CommStats &last_stats() const;

@@ -4,6 +4,7 @@
 // interchangeable (CommConfig::transport).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -92,7 +93,29 @@ struct AfXdpTransportConfig {
     /// flush per batch) instead of through the AF_XDP tx ring (copy mode:
     /// one skb per frame, which veth copies again). docs/PERF.md.
     bool tx_live_frames = true;
+    /// Whole Ethernet frames instead of UDP payloads: send_batch takes
+    /// complete frames (sent as they are, up to 42 + max_payload bytes) and
+    /// recv_views/recv_batch hand out the complete frames incxdp_xsk steered
+    /// here (IPv4/UDP to local_ip:local_port). The caller builds every
+    /// header, so the switch's MAC is not looked up (see resolve_link()).
+    /// Used for RoCEv2 (local_port 4791).
+    bool raw_frames = false;
 };
+
+/// The interface that holds `local_ip` (or `ifname`), its MAC and MTU, and
+/// the MAC of `remote_ip` from this namespace's neighbour table on it.
+struct LinkInfo {
+    std::string ifname;
+    std::array<uint8_t, 6> local_mac{}, remote_mac{};
+    uint32_t mtu = 0;
+};
+
+/// Look up LinkInfo in the calling thread's network namespace. Throws
+/// std::system_error naming what is missing (no interface holds local_ip,
+/// no complete neighbour entry for remote_ip: topologies install permanent
+/// ones), std::invalid_argument for a malformed address.
+LinkInfo resolve_link(const std::string &local_ip, const std::string &remote_ip,
+                      const std::string &ifname = "");
 
 /// AF_XDP socket (copy mode, one umem) on the interface holding local_ip.
 /// Sends through its tx ring or, by default, as live XDP frames (above).

@@ -87,7 +87,9 @@ WorkerSpec parse_worker_spec(const std::string &s);
 
 struct JobInfo {
     uint32_t id = 0;
-    uint32_t nworkers = 0;
+    uint32_t kind = INCXDP_JOB_STAR; // enum incxdp_job_kind
+    uint32_t parent_qpn = 0;         // ROCE_TREE: 0 at the root
+    uint32_t nworkers = 0;           // ROCE_TREE: this switch's children
     uint32_t pool_base = 0;
     uint32_t pool_size = 0;
     uint32_t max_elems = 0;
@@ -103,7 +105,8 @@ void job_del(uint32_t id, const std::string &pin_dir);
 // Clears the job's slots. Slot state outlives a run (a late retransmission
 // must still find its result), so a job restarted from scratch by its
 // workers starts from reset slots, as SwitchML's controller resets its
-// registers per job.
+// registers per job. A roce-tree job's connections also restart their
+// receive state (epsn = rx_base), as a new RC connection setup would.
 void job_reset(uint32_t id, const std::string &pin_dir);
 std::vector<JobInfo> job_list(const std::string &pin_dir);
 

@@ -37,7 +37,7 @@ enum class Kind {
     Random,          // random bytes, random length
     RandomL4,        // valid Eth/IPv4/UDP to an aggregation port, random payload
     Guided,          // a well-formed contribution chosen from the model's slot state
-    Roce,            // a valid RoCEv2 RC SEND (no RoCE path in the engine yet: PASS)
+    Roce,            // a valid RoCEv2 RC SEND (no connection installed: refused and counted)
     MutatedGuided,   // mutations of the above
     MutatedSwitchml, // mutations of a random well-formed SwitchML frame
     MutatedNative,   // mutations of a random well-formed native frame

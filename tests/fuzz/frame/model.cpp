@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <incxdp/proto.h>
+#include <incxdp/roce.h>
 #include <incxdp/switchml.h>
 
 #include <linux/bpf.h>
@@ -40,6 +41,59 @@ bool tag_matches(const incxdp_slot_set &s, const Decoded &k) {
 
 int32_t elem(const Bytes &f, size_t payload, size_t i) {
     return int32_t(get32(f, payload + 4 * i));
+}
+
+// RoCEv2 ICRC (WIRE.md §2), bit by bit: CRC-32 (reflected 0xEDB88320) over
+// 8 x 0xFF and the frame from the IPv4 header up to the ICRC, with TOS, TTL,
+// the IP and UDP checksums and the BTH's resv8 read as ones.
+uint32_t roce_icrc(const Bytes &f) {
+    const size_t ip = kEth, udp = ip + 20, bth = udp + 8;
+    auto masked = [&](size_t i) {
+        return i == ip + 1 || i == ip + 8 || i == ip + 10 || i == ip + 11 || i == udp + 6 ||
+               i == udp + 7 || i == bth + 4;
+    };
+    uint32_t crc = 0xffffffffu;
+    auto add = [&](uint8_t b) {
+        crc ^= b;
+        for (int k = 0; k < 8; k++)
+            crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1)));
+    };
+    for (int i = 0; i < 8; i++)
+        add(0xff);
+    for (size_t i = ip; i + 4 < f.size(); i++)
+        add(masked(i) ? 0xff : f[i]);
+    return ~crc;
+}
+
+// docs/ROCE.md §3 as far as the fuzzer's world reaches it: it installs no
+// RoCE connection, so every RoCE frame ends in one of the first checks,
+// frame shape and lengths, the ICRC, an unknown QPN; none changes a slot.
+int roce_refusal(const Bytes &f) {
+    const size_t n = f.size(), bth = kL4;
+    if (n < bth + 12)
+        return INCXDP_STAT_ROCE_MALFORMED;
+    // Exactly the datagram: a RoCE frame (>= 62 B) is never padded.
+    const size_t ip_len = get16(f, kIpTotLen), udp_len = get16(f, kUdpLen);
+    if (ip_len != n - kEth || udp_len + 20 != ip_len)
+        return INCXDP_STAT_ROCE_MALFORMED;
+    const uint8_t op = f[bth];
+    if (op > ROCE_OP_SEND_ONLY_IMM && op != ROCE_OP_ACK)
+        return INCXDP_STAT_ROCE_MALFORMED;
+    if (f[bth + 1] & 0x3f) // PadCnt, TVer
+        return INCXDP_STAT_ROCE_MALFORMED;
+    const bool word =
+        op == ROCE_OP_ACK || op == ROCE_OP_SEND_LAST_IMM || op == ROCE_OP_SEND_ONLY_IMM;
+    const size_t hdr = 8 + 12 + (word ? 4 : 0) + 4; // UDP, BTH, AETH/ImmDt, ICRC
+    if (udp_len < hdr)
+        return INCXDP_STAT_ROCE_MALFORMED;
+    const size_t payload = udp_len - hdr;
+    if (op == ROCE_OP_ACK ? payload != 0 : payload % 64 || payload > ROCE_MAX_PAYLOAD)
+        return INCXDP_STAT_ROCE_MALFORMED;
+    const uint32_t stored = uint32_t(f[n - 4]) | uint32_t(f[n - 3]) << 8 |
+                            uint32_t(f[n - 2]) << 16 | uint32_t(f[n - 1]) << 24;
+    if (roce_icrc(f) != stored)
+        return INCXDP_STAT_ROCE_BAD_ICRC;
+    return INCXDP_STAT_ROCE_UNKNOWN_QP;
 }
 
 } // namespace
@@ -142,6 +196,9 @@ Prediction Model::apply(const Bytes &f) {
         return verdict(INCXDP_STAT_PASS, XDP_PASS);
     const uint16_t dport = get16(f, kUdpDst);
     const bool switchml = in_switchml_range(dport);
+    // UDP 4791 is classified last, as the engine does.
+    if (!switchml && dport != kNativePort && dport == kRocePort)
+        return verdict(roce_refusal(f), XDP_DROP);
     if (!switchml && dport != kNativePort)
         return verdict(INCXDP_STAT_PASS, XDP_PASS);
 

@@ -8,6 +8,7 @@
 
 #include <incxdp/ctl.h>
 #include <incxdp/topology.h>
+#include <incxdp/tree.h>
 
 #include <cstdint>
 #include <set>
@@ -44,6 +45,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     for (const auto &j : t.jobs) {
         FUZZ_CHECK(&t.job(j.id) == &j);
+        if (j.kind == topo::JobKind::RoceTree) {
+            // The parser accepted the tree, so planning it must not throw.
+            topo::TreePlan plan = topo::plan_tree(t, j.id); // must not throw
+            FUZZ_CHECK(plan.ranks.size() == j.workers.size());
+            FUZZ_CHECK(plan.host_conn.size() == j.workers.size());
+            std::set<uint32_t> qpns;
+            for (const auto &c : plan.conns) {
+                FUZZ_CHECK(c.child_qpn != 0 && c.parent_qpn != 0);
+                FUZZ_CHECK(c.child_qpn < (1u << 24) && c.parent_qpn < (1u << 24));
+                FUZZ_CHECK(qpns.insert(c.child_qpn).second && qpns.insert(c.parent_qpn).second);
+            }
+            continue;
+        }
         ctl::JobSpec spec = ctl::job_from_topology(t, j.id); // must not throw
         FUZZ_CHECK(spec.id == j.id);
         FUZZ_CHECK(spec.workers.size() == j.workers.size());

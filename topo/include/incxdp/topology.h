@@ -43,12 +43,23 @@ struct Link {
     std::string a, b; // node names
 };
 
+// star: UDP (native/SwitchML), every worker linked to the one switch.
+// roce-tree: RoCEv2 RC connections along a tree of switches rooted at
+// `switch_name` (docs/ROCE.md, tree.h).
+enum class JobKind { Star, RoceTree };
+
+const char *job_kind_name(JobKind k); // "star", "roce-tree"
+
 struct Job {
     uint32_t id = 0;
-    std::string switch_name;
+    JobKind kind = JobKind::Star;
+    std::string switch_name;          // star: the switch; roce-tree: the root switch
     std::vector<std::string> workers; // host names, index = rank
-    uint16_t worker_port = 4000;      // UDP source port of every worker
-    uint32_t slots = 256;             // slot pool size on the switch
+    uint16_t worker_port = 4000;      // star: UDP source port of every worker
+    uint32_t slots = 256;             // slot pool size on each switch of the job
+    // roce-tree: the PSN every connection's bases derive from (tree.h);
+    // none = a default derived from the job id.
+    std::optional<uint32_t> start_psn;
 };
 
 struct Topology {

@@ -1,0 +1,426 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
+/*
+ * The RoCEv2 path of the switch: one RC connection per link of a job's tree
+ * (incxdp_roce_conns, keyed by our QPN on it), aggregation keyed on the
+ * packet index idx = (PSN - base) mod 2^24 into the job's slots. The rules
+ * are docs/ROCE.md §3; the frames it sends are built by roce_tx.h.
+ *
+ * Per frame: decide what happened (one counter) and what goes out (a struct
+ * roce_plan), then build that one frame in a single place, roce_finish().
+ * The loops live in three global functions, each verified once on its own:
+ * incxdp_roce_set (roce_set.h: everything under the slot's lock),
+ * incxdp_roce_emit (roce_tx.h) and incxdp_roce_icrc (icrc.h). The rules here
+ * are straight-line code around them, ~4k instructions for the verifier.
+ */
+#ifndef INCXDP_LIB_ROCE_H
+#define INCXDP_LIB_ROCE_H
+
+#include "parse.h"
+#include "maps.bpf.h"
+#include "agg.h"
+#include "icrc.h"
+#include "roce_tx.h"
+#include "roce_set.h"
+#include "incxdp/roce.h"
+
+#define ROCE_BTH_PAD_TVER 0x3f /* PadCnt:2 TVer:4 of the BTH flags byte */
+#define ROCE_AETH_NAK_GROUP 0x60000000u /* syndrome 011x xxxx: a NAK */
+
+/* A RoCE frame, decoded: everything the rules need from it. */
+struct roce_pkt {
+	__be32 *payload;
+	__u32 qpn;
+	__u32 psn;
+	__u32 word; /* AETH (ACK) or ImmDt (*_IMM), host order; else 0 */
+	__u16 nelems;
+	__u8 opcode;
+	__u8 has_imm;
+	__u8 ackreq;
+};
+
+enum roce_tx {
+	RTX_DROP,   /* nothing goes out */
+	RTX_TX,     /* ACK/NAK or a result to the frame's connection, XDP_TX */
+	RTX_UP,     /* the set's aggregate to the parent connection */
+	RTX_DOWN,   /* the set as multicast template, devmap broadcast */
+};
+
+/* The outcome of one frame. */
+struct roce_plan {
+	struct roce_out o; /* RTX_UP: o.psn holds idx until the parent is known */
+	__u32 stat;        /* the frame's ingress verdict counter */
+	__u32 bcast_flags; /* RTX_DOWN */
+	__u32 tx;          /* enum roce_tx */
+};
+
+/*
+ * Shape and lengths, no state (docs/ROCE.md §3, roce_malformed). The frame
+ * must be exactly its IPv4 datagram: a RoCE frame is at least 62 B, so it
+ * never carries Ethernet padding, and the ICRC is its last 4 bytes.
+ */
+static __always_inline int roce_parse(struct cursor *c, const struct iphdr *ip,
+				      const struct udphdr *udp, struct roce_pkt *r)
+{
+	struct roce_bth *bth = CURSOR_TAKE(c, struct roce_bth);
+	__u32 tot, ulen, hdr, plen, apsn;
+	__be32 *w;
+
+	if (!bth)
+		return -1;
+	tot = bpf_ntohs(ip->tot_len);
+	ulen = bpf_ntohs(udp->len);
+	if ((__u64)(c->end - (void *)ip) != tot || ulen + sizeof(*ip) != tot)
+		return -1;
+	r->opcode = bth->opcode;
+	if (!roce_opcode_is_send(r->opcode) && r->opcode != ROCE_OP_ACK)
+		return -1;
+	/* PadCnt 0: payloads are whole 64 B blocks; TVer 0 is the only one. */
+	if (bth->flags & ROCE_BTH_PAD_TVER)
+		return -1;
+	r->qpn = bpf_ntohl(bth->dqpn) & ROCE_QPN_MASK;
+	apsn = bpf_ntohl(bth->apsn);
+	r->psn = apsn & ROCE_PSN_MASK;
+	r->ackreq = !!(apsn & ROCE_BTH_ACKREQ);
+	r->has_imm = roce_opcode_has_imm(r->opcode);
+	hdr = sizeof(*udp) + sizeof(*bth) + ROCE_ICRC_LEN;
+	if (r->opcode == ROCE_OP_ACK || r->has_imm) {
+		w = CURSOR_TAKE(c, __be32);
+		if (!w)
+			return -1;
+		r->word = bpf_ntohl(*w);
+		hdr += 4;
+	}
+	if (ulen < hdr)
+		return -1;
+	plen = ulen - hdr;
+	if (r->opcode == ROCE_OP_ACK ? plen != 0 :
+	    (plen % (INCXDP_ELEM_QUANTUM * 4) || plen > ROCE_MAX_PAYLOAD))
+		return -1;
+	r->nelems = plen / 4;
+	r->payload = c->pos;
+	return (__u64)(c->end - c->pos) == (__u64)plen + ROCE_ICRC_LEN ? 0 : -1;
+}
+
+/* ImmDt (the frame's or the connection's last): a collective we know. */
+static __always_inline int roce_imm_ok(__u32 imm, __u32 nelems)
+{
+	__u8 prim = roce_imm_prim(imm);
+
+	if (prim > ROCE_PRIM_BROADCAST || roce_imm_dtype(imm) > ROCE_DTYPE_FLOAT32 || (imm & 0xff))
+		return 0;
+	/* A Barrier carries nothing; Broadcast ignores op. */
+	return prim == ROCE_PRIM_BROADCAST || roce_imm_op(imm) != ROCE_OPR_BARRIER || !nelems;
+}
+
+static __always_inline int mac_eq(const __u8 *a, const __u8 *b)
+{
+	return *(const __u32 *)a == *(const __u32 *)b &&
+	       *(const __u16 *)(a + 4) == *(const __u16 *)(b + 4);
+}
+
+/* The connection the frame names, if it comes from its peer on its port. */
+static __always_inline struct incxdp_roce_conn *roce_conn_of(struct xdp_md *ctx,
+							     const struct ethhdr *eth,
+							     const struct iphdr *ip, __u32 qpn)
+{
+	struct incxdp_roce_conn_key key = { .qpn = qpn };
+	struct incxdp_roce_conn *conn = bpf_map_lookup_elem(&incxdp_roce_conns, &key);
+
+	if (!conn || conn->ifindex != ctx->ingress_ifindex || conn->peer_ip != ip->saddr ||
+	    !mac_eq(eth->h_source, conn->peer_mac))
+		return NULL;
+	return conn;
+}
+
+static __always_inline int roce_job_ok(const struct incxdp_job *job)
+{
+	return job && job->active && job->kind == INCXDP_JOB_ROCE_TREE && job->pool_size &&
+	       !(job->pool_size & (job->pool_size - 1)) && job->nworkers &&
+	       job->nworkers <= INCXDP_MAX_WORKERS;
+}
+
+static __always_inline void plan_drop(struct roce_plan *pl, __u32 stat)
+{
+	pl->stat = stat;
+	pl->tx = RTX_DROP;
+}
+
+static __always_inline void plan_ack(struct roce_plan *pl, __u32 stat, __u32 syndrome, __u32 psn,
+				     __u32 msn)
+{
+	pl->stat = stat;
+	pl->tx = RTX_TX;
+	pl->o.opcode = ROCE_OP_ACK;
+	pl->o.psn = psn;
+	pl->o.word = syndrome | (msn & ROCE_AETH_MSN_MASK);
+}
+
+/* The set's values (or its Reduce completion) to the frame's connection. */
+static __always_inline void plan_result(struct roce_plan *pl, __u32 stat,
+					const struct incxdp_roce_conn *conn,
+					const struct roce_view *v, __u32 idx, __u32 set, __u32 slot)
+{
+	pl->stat = stat;
+	pl->tx = RTX_TX;
+	pl->o.opcode = ROCE_OP_SEND_ONLY_IMM;
+	pl->o.psn = conn->tx_base + idx;
+	pl->o.word = v->imm;
+	pl->o.nelems = roce_reduce_cut(v->imm, conn) ? 0 : v->nelems;
+	pl->o.set = set;
+	pl->o.slot = slot;
+}
+
+/* RTX_UP or RTX_DOWN with the set's values; the PSN field holds idx. */
+static __always_inline void plan_set(struct roce_plan *pl, __u32 stat, __u32 tx,
+				     const struct roce_view *v, __u32 idx, __u32 set, __u32 slot)
+{
+	pl->stat = stat;
+	pl->tx = tx;
+	pl->o.opcode = ROCE_OP_SEND_ONLY_IMM;
+	pl->o.psn = idx;
+	pl->o.word = v->imm;
+	pl->o.nelems = v->nelems;
+	pl->o.set = set;
+	pl->o.slot = slot;
+}
+
+/* A contribution this switch has seen: answer from the set's state. */
+static __always_inline void roce_dup(struct roce_plan *pl, const struct incxdp_roce_conn *conn,
+				     const struct roce_req *q, int root)
+{
+	const struct roce_view *v = &q->v;
+
+	if (!v->on_idx)
+		plan_drop(pl, INCXDP_STAT_ROCE_STALE);
+	else if (!v->complete) /* ACKs are cumulative: the last PSN taken */
+		plan_ack(pl, INCXDP_STAT_ROCE_DUP_ACK, ROCE_AETH_ACK, conn->epsn - 1, conn->msn);
+	else if (v->result)
+		plan_result(pl, INCXDP_STAT_ROCE_DUP_RESULT, conn, v, q->idx, q->set, q->slot);
+	else if (!root) /* the up frame may be lost; a parent with the result answers */
+		plan_set(pl, INCXDP_STAT_ROCE_DUP_UP, RTX_UP, v, q->idx, q->set, q->slot);
+	else
+		plan_drop(pl, INCXDP_STAT_ROCE_STALE);
+}
+
+/*
+ * A SEND from a child (host: strict go-back-N; switch: any order). The
+ * request q carries the frame's slot, set, idx, ImmDt and payload.
+ * The connection's receive state (epsn, msn, nak_sent, imm) changes without
+ * a lock: its frames share one 5-tuple, so one RX queue and CPU. What keeps
+ * a contribution from counting twice is the set's bitmap, under the lock.
+ */
+static __always_inline void roce_from_child(struct xdp_md *ctx, const struct roce_pkt *r,
+					    struct incxdp_roce_conn *conn,
+					    const struct incxdp_job *job, struct roce_req *q,
+					    struct roce_plan *pl)
+{
+	__s32 d = roce_psn_diff(r->psn, conn->epsn);
+	__s32 win = (__s32)job->pool_size;
+	int root = job->parent_qpn == 0;
+	int a;
+
+	if (conn->strict ? d > 0 : d >= win) {
+		/* One NAK per gap: the host goes back N from epsn; the frames
+		 * already in flight behind the lost one must not each ask. */
+		if (!conn->strict || conn->nak_sent) {
+			plan_drop(pl, INCXDP_STAT_ROCE_AHEAD_DROP);
+			return;
+		}
+		conn->nak_sent = 1;
+		plan_ack(pl, INCXDP_STAT_ROCE_NAK, ROCE_AETH_NAK_SEQ, conn->epsn, conn->msn);
+		return;
+	}
+	q->root = root;
+	if (conn->strict ? d < 0 : d < -win) {
+		q->kind = RSET_VIEW;
+		if (incxdp_roce_set(ctx, q) < 0)
+			plan_drop(pl, INCXDP_STAT_BAD_SLOT);
+		else
+			roce_dup(pl, conn, q, root);
+		return;
+	}
+	q->kind = RSET_CHILD;
+	q->bit = 1u << (conn->child & (INCXDP_MAX_WORKERS - 1));
+	q->fanin = job->nworkers;
+	a = incxdp_roce_set(ctx, q);
+	if (a == RAGG_DUP) {
+		roce_dup(pl, conn, q, root);
+		return;
+	}
+	if (a != RAGG_CONSUMED && a != RAGG_COMPLETED) {
+		plan_drop(pl, a == RAGG_STALE ? INCXDP_STAT_ROCE_STALE :
+			      a == RAGG_MISMATCH ? INCXDP_STAT_ROCE_MISMATCH :
+						   INCXDP_STAT_BAD_SLOT);
+		return;
+	}
+	/* Taken. A switch child's frames come in any order: epsn is the
+	 * highest PSN + 1 there. */
+	if (d >= 0) {
+		conn->epsn = (r->psn + 1) & ROCE_PSN_MASK;
+		conn->nak_sent = 0;
+	}
+	conn->msn = (conn->msn + 1) & ROCE_AETH_MSN_MASK;
+	if (r->has_imm)
+		conn->imm = q->imm;
+	if (a == RAGG_CONSUMED) {
+		if (r->ackreq)
+			plan_ack(pl, INCXDP_STAT_ROCE_ACK, ROCE_AETH_ACK, r->psn, conn->msn);
+		else
+			plan_drop(pl, INCXDP_STAT_ROCE_ABSORBED);
+		return;
+	}
+	if (root) {
+		plan_set(pl, INCXDP_STAT_ROCE_DOWN, RTX_DOWN, &q->v, q->idx, q->set, q->slot);
+		pl->o.ip_id = (__u16)conn->job;
+		pl->bcast_flags = BPF_F_BROADCAST;
+	} else {
+		plan_set(pl, INCXDP_STAT_ROCE_UP, RTX_UP, &q->v, q->idx, q->set, q->slot);
+	}
+}
+
+/* A SEND from the parent: the job's result for idx, in any order. */
+static __always_inline void roce_from_parent(struct xdp_md *ctx, const struct roce_pkt *r,
+					     struct incxdp_roce_conn *conn, struct roce_req *q,
+					     struct roce_plan *pl)
+{
+	q->kind = RSET_PARENT;
+	if (incxdp_roce_set(ctx, q) != 1) {
+		plan_drop(pl, INCXDP_STAT_ROCE_STALE);
+		return;
+	}
+	if (roce_psn_diff(r->psn, conn->epsn) >= 0)
+		conn->epsn = (r->psn + 1) & ROCE_PSN_MASK;
+	conn->msn = (conn->msn + 1) & ROCE_AETH_MSN_MASK;
+	if (r->has_imm)
+		conn->imm = q->imm;
+	plan_set(pl, INCXDP_STAT_ROCE_DOWN, RTX_DOWN, &q->v, q->idx, q->set, q->slot);
+	pl->o.ip_id = (__u16)conn->job;
+	/* With ImmDt the payload already sits where the template has it. */
+	pl->o.in_place = r->has_imm;
+	/* No child sits behind the parent's port. */
+	pl->bcast_flags = BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS;
+}
+
+/* A NAK from a child: its expected PSN on our stream names the idx. */
+static __always_inline void roce_peer_nak(struct xdp_md *ctx, struct incxdp_roce_conn *conn,
+					  struct roce_req *q, struct roce_plan *pl)
+{
+	q->kind = RSET_VIEW;
+	if (incxdp_roce_set(ctx, q) == 0 && q->v.on_idx && q->v.complete && q->v.result)
+		plan_result(pl, INCXDP_STAT_ROCE_PEER_NAK, conn, &q->v, q->idx, q->set, q->slot);
+	else
+		plan_drop(pl, INCXDP_STAT_ROCE_PEER_NAK);
+}
+
+/*
+ * Builds and sends what the plan says. The counter is the plan's; a frame
+ * that cannot be built or redirected also counts redirect_fail.
+ */
+static __always_inline int roce_finish(struct xdp_md *ctx, struct roce_plan *pl,
+				       const struct incxdp_roce_conn *conn,
+				       const struct incxdp_job *job)
+{
+	struct incxdp_roce_conn_key key;
+	struct incxdp_roce_conn *parent;
+
+	stat_inc(pl->stat);
+	switch (pl->tx) {
+	case RTX_TX:
+		if (incxdp_roce_emit(ctx, &pl->o, conn) < 0)
+			break;
+		return XDP_TX;
+	case RTX_UP:
+		key.qpn = job->parent_qpn;
+		parent = bpf_map_lookup_elem(&incxdp_roce_conns, &key);
+		if (!parent)
+			break;
+		pl->o.psn += parent->tx_base;
+		if (incxdp_roce_emit(ctx, &pl->o, parent) < 0)
+			break;
+		if (bpf_redirect_map(&incxdp_ports, parent->ifindex, 0) != XDP_REDIRECT)
+			break;
+		return XDP_REDIRECT;
+	case RTX_DOWN:
+		if (incxdp_roce_emit(ctx, &pl->o, NULL) < 0)
+			break;
+		if (bpf_redirect_map(&incxdp_ports, 0, pl->bcast_flags) != XDP_REDIRECT)
+			break;
+		return XDP_REDIRECT;
+	default:
+		return XDP_DROP;
+	}
+	stat_inc(INCXDP_STAT_REDIRECT_FAIL);
+	return XDP_DROP;
+}
+
+static __always_inline int roce_drop(__u32 stat)
+{
+	stat_inc(stat);
+	return XDP_DROP;
+}
+
+/* A frame to UDP 4791: docs/ROCE.md §3, checks first, each counted. */
+static __always_inline int roce_ingress(struct xdp_md *ctx, struct cursor *c,
+					const struct ethhdr *eth, const struct iphdr *ip,
+					const struct udphdr *udp)
+{
+	struct roce_pkt r = {};
+	struct roce_plan pl = {};
+	struct roce_req q;
+	struct incxdp_roce_conn *conn;
+	struct incxdp_job *job;
+	struct incxdp_slot *slot;
+	__u32 key, idx, imm, op;
+
+	if (roce_parse(c, ip, udp, &r) < 0)
+		return roce_drop(INCXDP_STAT_ROCE_MALFORMED);
+	if (!icrc_ok(ctx))
+		return roce_drop(INCXDP_STAT_ROCE_BAD_ICRC);
+	conn = roce_conn_of(ctx, eth, ip, r.qpn);
+	if (!conn || (conn->role != INCXDP_ROCE_CHILD && conn->role != INCXDP_ROCE_PARENT))
+		return roce_drop(INCXDP_STAT_ROCE_UNKNOWN_QP);
+	key = conn->job;
+	job = bpf_map_lookup_elem(&incxdp_jobs, &key);
+	if (!roce_job_ok(job) ||
+	    (conn->role == INCXDP_ROCE_CHILD && conn->child >= job->nworkers))
+		return roce_drop(INCXDP_STAT_BAD_JOB);
+	if (r.opcode == ROCE_OP_ACK && (r.word & 0xe0000000u) != ROCE_AETH_NAK_GROUP)
+		return roce_drop(INCXDP_STAT_ROCE_PEER_ACK);
+	if (r.opcode == ROCE_OP_ACK && conn->role != INCXDP_ROCE_CHILD)
+		return roce_drop(INCXDP_STAT_ROCE_PEER_NAK); /* we never resend aggregates on NAK */
+
+	/* idx on the stream the PSN belongs to: the peer's to us, or (a NAK)
+	 * ours to the peer. pool_size is a power of two, so slot and set stay
+	 * consistent across the 24-bit wrap of idx. */
+	idx = (r.psn - (r.opcode == ROCE_OP_ACK ? conn->tx_base : conn->rx_base)) & ROCE_PSN_MASK;
+	__builtin_memset(&q, 0, sizeof(q));
+	q.idx = idx;
+	q.set = (idx & job->pool_size) ? 1 : 0;
+	q.slot = job->pool_base + (idx & (job->pool_size - 1));
+	slot = bpf_map_lookup_elem(&incxdp_slots, &q.slot);
+	if (!slot)
+		return roce_drop(INCXDP_STAT_BAD_SLOT);
+	if (r.opcode == ROCE_OP_ACK) {
+		roce_peer_nak(ctx, conn, &q, &pl);
+		return roce_finish(ctx, &pl, conn, job);
+	}
+
+	imm = r.has_imm ? r.word : conn->imm;
+	if (!roce_imm_ok(imm, r.nelems))
+		return roce_drop(INCXDP_STAT_ROCE_MALFORMED);
+	if (r.nelems > job->max_elems)
+		return roce_drop(INCXDP_STAT_BAD_SLOT);
+	op = roce_imm_op(imm);
+	q.imm = imm;
+	q.nelems = r.nelems;
+	q.payload = ROCE_HDRS_LEN + (r.has_imm ? ROCE_IMM_LEN : 0);
+	q.op = op ? op - ROCE_OPR_SUM + INCXDP_OP_SUM : INCXDP_OP_SUM;
+	q.dtype = roce_imm_dtype(imm);
+	if (conn->role == INCXDP_ROCE_CHILD)
+		roce_from_child(ctx, &r, conn, job, &q, &pl);
+	else
+		roce_from_parent(ctx, &r, conn, &q, &pl);
+	return roce_finish(ctx, &pl, conn, job);
+}
+
+#endif

@@ -1,0 +1,312 @@
+// SPDX-License-Identifier: BSD-2-Clause
+#include "roce_engine.h"
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace incxdp::detail {
+namespace {
+
+// Frames are never longer than what we send; anything longer is not ours.
+constexpr size_t kRecvSlack = 64;
+// ImmDt bits the result must echo: primitive, op and dtype (not dest_rank).
+constexpr uint32_t kImmKindMask = 0x0000ff00u | (3u << 14) | (3u << 12);
+// AETH syndrome classes (IBA 9.7.5.1.5): top three bits.
+constexpr uint32_t kAethClassMask = 0xe0u;
+constexpr uint32_t kAethClassAck = 0x00u;
+
+uint32_t parse_ip(const std::string &ip, const char *what) {
+    in_addr a{};
+    if (inet_pton(AF_INET, ip.c_str(), &a) != 1)
+        throw std::invalid_argument(fmt::format("roce: {} '{}' is not an IPv4 address", what, ip));
+    return a.s_addr;
+}
+
+RoceEndpoint endpoint_of(const CommConfig &c) {
+    RoceEndpoint e;
+    e.src_mac = c.roce.local_mac;
+    e.dst_mac = c.roce.switch_mac;
+    e.src_ip = parse_ip(c.local_ip, "local address");
+    e.dst_ip = parse_ip(c.switch_ip, "switch address");
+    e.src_port = c.roce.sport;
+    e.dst_qpn = c.roce.remote_qpn;
+    return e;
+}
+
+} // namespace
+
+RoceEngine::RoceEngine(const CommConfig &cfg, Transport &transport)
+    : cfg_(cfg), transport_(transport), tmpl_(endpoint_of(cfg)),
+      per_packet_(cfg.effective_elems_per_packet()),
+      max_frame_(RoceSendTemplate::frame_len(4 * size_t(per_packet_))), window_(cfg.window) {
+    send_mem_.resize(size_t(window_) * max_frame_);
+    ring_.resize(window_);
+    for (size_t i = 0; i < ring_.size(); ++i)
+        ring_[i].buf = send_mem_.data() + i * max_frame_;
+    recv_views_.resize(cfg.batch);
+    send_spans_.reserve(cfg.batch);
+    send_idx_.reserve(cfg.batch);
+}
+
+uint32_t RoceEngine::up_psn(uint64_t idx) const {
+    return uint32_t(cfg_.roce.up_base + idx) & ROCE_PSN_MASK;
+}
+
+void RoceEngine::run(RocePackets &call, const char *what, CommStats &stats) {
+    uint64_t count = call.count();
+    if (count == 0)
+        return;
+    call_ = &call;
+    stats_ = &stats;
+    what_ = what;
+    first_ = next_;
+    end_ = next_ + count;
+    done_ = 0;
+    retries_ = 0;
+    rto_ = cfg_.timeout;
+    auto now = Clock::now();
+    last_progress_ = now;
+    timer_ = Clock::time_point::max();
+    send_blocked_ = false;
+    fill_and_send(now);
+
+    while (done_ < count) {
+        size_t n = transport_.recv_views(recv_views_, max_frame_ + kRecvSlack);
+        now = Clock::now();
+        for (size_t i = 0; i < n; ++i) {
+            ++stats.packets_received;
+            stats.bytes_received += recv_views_[i].size();
+            handle(recv_views_[i], now);
+        }
+        if (done_ == count)
+            break;
+        if (now >= timer_)
+            on_timer(now);
+        fill_and_send(now);
+        if (now - last_progress_ >= cfg_.deadline)
+            fail_timeout(now, false);
+        if (n == 0) {
+            auto until = std::min(timer_, last_progress_ + cfg_.deadline);
+            auto wait = std::max(until - now, Clock::duration::zero());
+            transport_.wait(std::chrono::duration_cast<std::chrono::nanoseconds>(wait),
+                            send_blocked_);
+        }
+    }
+    // Every index of the call has its result: nothing is left to resend.
+    tx_ = next_;
+    call_ = nullptr;
+}
+
+bool RoceEngine::can_build() const {
+    return next_ < end_ && next_ - base_ < window_ && call_->ready(next_ - first_);
+}
+
+bool RoceEngine::build_next() {
+    if (!can_build())
+        return false;
+    uint64_t k = next_ - first_;
+    Entry &e = entry(next_);
+    uint32_t imm = 0;
+    uint32_t n = call_->build(
+        k, std::span(e.buf + RoceSendTemplate::payload_offset(), 4 * size_t(per_packet_)), imm);
+    e.len = RoceSendTemplate::frame_len(4 * size_t(n));
+    e.imm = imm;
+    e.sends = 0;
+    e.sealed = false;
+    e.resulted = false;
+    ++next_;
+    return true;
+}
+
+void RoceEngine::fill_and_send(Clock::time_point now) {
+    send_blocked_ = false;
+    for (;;) {
+        send_spans_.clear();
+        send_idx_.clear();
+        uint64_t c = tx_;
+        bool blocked = false; // no new packet can be built now
+        while (send_spans_.size() < cfg_.batch) {
+            if (c == next_ && !build_next()) {
+                blocked = true;
+                break;
+            }
+            if (!entry(c).resulted) {
+                send_idx_.push_back(c);
+                send_spans_.emplace_back(); // set once sealed
+            }
+            ++c;
+        }
+        if (!blocked && c == next_ && !can_build())
+            blocked = true; // the batch ended exactly where we would block
+        // New frames get their PSN, AckReq and ICRC now, once: AckReq on
+        // every ack_every-th packet of the call and on the last one before
+        // we would block (docs/ROCE.md §4).
+        for (size_t i = 0; i < send_idx_.size(); ++i) {
+            uint64_t idx = send_idx_[i];
+            Entry &e = entry(idx);
+            if (!e.sealed) {
+                uint32_t every = std::max<uint32_t>(cfg_.roce.ack_every, 1);
+                bool ackreq =
+                    (idx - first_ + 1) % every == 0 || (blocked && i + 1 == send_idx_.size());
+                tmpl_.finish(e.buf, e.len - RoceSendTemplate::frame_len(0), up_psn(idx), ackreq,
+                             e.imm);
+                e.sealed = true;
+            }
+            send_spans_[i] = std::span<const std::byte>(e.buf, e.len);
+        }
+        if (send_spans_.empty()) {
+            tx_ = c;
+            return;
+        }
+        size_t sent = transport_.send_batch(send_spans_);
+        for (size_t i = 0; i < sent; ++i) {
+            Entry &e = entry(send_idx_[i]);
+            if (e.sends++ > 0)
+                ++stats_->retransmissions;
+            ++stats_->packets_sent;
+            stats_->bytes_sent += e.len;
+        }
+        if (sent > 0 && timer_ == Clock::time_point::max())
+            timer_ = now + rto_;
+        if (sent < send_spans_.size()) {
+            tx_ = send_idx_[sent];
+            send_blocked_ = true; // wait for room (POLLOUT)
+            return;
+        }
+        tx_ = c;
+        if (blocked)
+            return;
+    }
+}
+
+void RoceEngine::handle(std::span<const std::byte> frame, Clock::time_point now) {
+    RoceFrameView v;
+    switch (parse_roce(frame, v, true)) {
+    case RoceParse::Ok:
+        break;
+    case RoceParse::BadIcrc:
+        ++stats_->bad_icrc;
+        return;
+    default:
+        ++stats_->malformed;
+        return;
+    }
+    if (v.dqpn != cfg_.roce.local_qpn) {
+        ++stats_->malformed; // another connection's frame
+        return;
+    }
+    if (v.opcode == ROCE_OP_ACK)
+        on_ack(v, now);
+    else
+        on_result(v, now);
+}
+
+void RoceEngine::on_result(const RoceFrameView &v, Clock::time_point now) {
+    // The switch's PSN names the index: (psn - down_base) mod 2^24, placed
+    // relative to the oldest index without a result (the window is far
+    // below 2^23, so the signed 24-bit distance is unambiguous).
+    uint32_t idx24 = (v.psn - cfg_.roce.down_base) & ROCE_PSN_MASK;
+    int32_t d = roce_psn_diff(idx24, uint32_t(base_) & ROCE_PSN_MASK);
+    if (d < 0) {
+        ++stats_->duplicates; // an index whose result we already took
+        return;
+    }
+    uint64_t idx = base_ + uint64_t(d);
+    if (idx >= next_) {
+        ++stats_->stale; // never sent: not a result of ours
+        return;
+    }
+    Entry &e = entry(idx);
+    if (e.resulted) {
+        ++stats_->duplicates;
+        return;
+    }
+    uint64_t k = idx - first_;
+    if (v.payload.size() != 4 * size_t(call_->result_elems(k)) ||
+        (v.imm && ((*v.imm ^ e.imm) & kImmKindMask) != 0)) {
+        ++stats_->malformed;
+        return;
+    }
+    call_->consume(k, v.payload);
+    e.resulted = true;
+    ++done_;
+    ++stats_->results;
+    last_progress_ = now;
+    if (idx == base_) {
+        while (base_ < next_ && entry(base_).resulted)
+            ++base_;
+        // The timer watches the oldest index without a result.
+        retries_ = 0;
+        rto_ = cfg_.timeout;
+        timer_ = base_ < next_ ? now + rto_ : Clock::time_point::max();
+    }
+}
+
+void RoceEngine::on_ack(const RoceFrameView &v, Clock::time_point now) {
+    uint32_t syndrome = *v.aeth >> 24;
+    if ((syndrome & kAethClassMask) == kAethClassAck) {
+        ++stats_->acks; // cumulative; results are what count
+        return;
+    }
+    if (*v.aeth >> 24 != ROCE_AETH_NAK_SEQ >> 24) {
+        ++stats_->malformed; // RNR or another NAK: not part of this protocol
+        return;
+    }
+    ++stats_->naks;
+    // PSN = what the switch expects next on our stream.
+    uint32_t idx24 = (v.psn - cfg_.roce.up_base) & ROCE_PSN_MASK;
+    int32_t d = roce_psn_diff(idx24, uint32_t(base_) & ROCE_PSN_MASK);
+    if (d < 0) {
+        ++stats_->stale; // expects an index we have the result of: a NAK from the past
+        return;
+    }
+    uint64_t idx = base_ + uint64_t(d);
+    if (idx < next_)
+        go_back(idx, now);
+}
+
+void RoceEngine::go_back(uint64_t from, Clock::time_point now) {
+    tx_ = std::min(tx_, from);
+    timer_ = now + rto_;
+}
+
+void RoceEngine::on_timer(Clock::time_point now) {
+    if (base_ >= next_) {
+        timer_ = Clock::time_point::max();
+        return;
+    }
+    ++stats_->timeouts;
+    if (cfg_.max_retries != 0 && retries_ >= cfg_.max_retries)
+        fail_timeout(now, true);
+    ++retries_;
+    rto_ = std::min<Clock::duration>(2 * rto_, cfg_.max_timeout);
+    // The switch answers what it already has with the result (or passes it
+    // up), takes the rest in order.
+    go_back(base_, now);
+}
+
+void RoceEngine::fail_timeout(Clock::time_point now, bool retries) const {
+    uint64_t idx = base_ < next_ ? base_ : next_;
+    uint64_t k = idx - first_;
+    const Entry &e = ring_[idx % ring_.size()];
+    std::string why =
+        retries ? fmt::format("gave up after {} retransmissions (max_retries)", retries_)
+                : fmt::format("no result from the switch for {:.1f} s",
+                              std::chrono::duration<double>(now - last_progress_).count());
+    auto msg = fmt::format(
+        "{} timed out: rank {} of {}, job {}: {}; stuck at idx {} (PSN {:#08x} up to QPN {:#x}, "
+        "{:#08x} down to QPN {:#x}; packet {} of {} of this call, sent {} times, {} results "
+        "taken) on {}. Check that all {} ranks run the same collectives with the same window "
+        "and packet size, and that job {} was installed or reset (`incxdp rules apply`) "
+        "before they started",
+        what_, cfg_.rank, cfg_.world_size, cfg_.job, why, idx, up_psn(idx), cfg_.roce.remote_qpn,
+        uint32_t(cfg_.roce.down_base + idx) & ROCE_PSN_MASK, cfg_.roce.local_qpn, k, end_ - first_,
+        idx < next_ ? e.sends : 0, done_, transport_.describe(), cfg_.world_size, cfg_.job);
+    uint32_t pool = cfg_.roce.pool ? cfg_.roce.pool : window_;
+    throw CommTimeout(msg, cfg_.rank, cfg_.job, uint32_t(idx % pool), idx);
+}
+
+} // namespace incxdp::detail

@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// The RoCE engine (docs/ROCE.md §4): one SEND_ONLY_IMM per index of the
+// job's packet sequence on this rank's RC connection, a window of at most
+// the job's slot pool, go-back-N on NAK and on timeout, results matched by
+// their PSN in the switch's stream. Knows nothing about dtypes or
+// primitives: RocePackets fills payloads and takes results.
+#pragma once
+
+#include "roce_frame.h"
+
+#include <incxdp/communicator.h>
+#include <incxdp/transport.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace incxdp::detail {
+
+/// One collective as a sequence of packets k = 0 .. count() - 1, sent at
+/// consecutive indices of the job's sequence.
+class RocePackets {
+  public:
+    virtual ~RocePackets() = default;
+    virtual uint64_t count() const = 0;
+    /// Whether packet k can be built now (float32 data waits for the result
+    /// that agreed on its exponent). Asked for packets in order; once true
+    /// for k it stays true.
+    virtual bool ready(uint64_t k) const {
+        (void)k;
+        return true;
+    }
+    /// Fill `payload` (room for elems_per_packet big-endian int32) for packet
+    /// k; return the elements written (a multiple of 16, or 0) and set imm.
+    virtual uint32_t build(uint64_t k, std::span<std::byte> payload, uint32_t &imm) = 0;
+    /// Elements the result of packet k carries (0: a completion).
+    virtual uint32_t result_elems(uint64_t k) const = 0;
+    /// Take the result of packet k (size-checked, in any order).
+    virtual void consume(uint64_t k, std::span<const std::byte> payload) = 0;
+};
+
+class RoceEngine {
+  public:
+    /// cfg.roce must name the connection, with both MACs resolved. Buffers
+    /// for cfg.window frames are allocated here, never per packet.
+    RoceEngine(const CommConfig &cfg, Transport &transport);
+
+    /// Send every packet of `call` at the next indices and wait for all
+    /// results. Throws CommTimeout (naming rank, job and idx).
+    void run(RocePackets &call, const char *what, CommStats &stats);
+
+    /// Index the next call starts at (packets sent so far on the connection).
+    uint64_t next_idx() const { return next_; }
+
+  private:
+    using Clock = std::chrono::steady_clock;
+
+    struct Entry {
+        std::byte *buf = nullptr;
+        size_t len = 0;
+        uint32_t imm = 0;
+        uint32_t sends = 0;  ///< times handed to the transport
+        bool sealed = false; ///< PSN, AckReq and ICRC written (at the first send)
+        bool resulted = false;
+    };
+
+    Entry &entry(uint64_t idx) { return ring_[idx % ring_.size()]; }
+    uint32_t up_psn(uint64_t idx) const;
+    void fill_and_send(Clock::time_point now);
+    bool can_build() const;
+    bool build_next();
+    void handle(std::span<const std::byte> frame, Clock::time_point now);
+    void on_result(const RoceFrameView &v, Clock::time_point now);
+    void on_ack(const RoceFrameView &v, Clock::time_point now);
+    void go_back(uint64_t from, Clock::time_point now);
+    void on_timer(Clock::time_point now);
+    [[noreturn]] void fail_timeout(Clock::time_point now, bool retries) const;
+
+    const CommConfig &cfg_;
+    Transport &transport_;
+    RoceSendTemplate tmpl_;
+    uint32_t per_packet_;
+    size_t max_frame_;
+    uint32_t window_;
+
+    std::vector<std::byte> send_mem_; ///< window x max_frame
+    std::vector<Entry> ring_;         ///< idx % window
+    std::vector<std::span<const std::byte>> recv_views_, send_spans_;
+    std::vector<uint64_t> send_idx_;
+
+    // The connection's sequence, kept across calls.
+    uint64_t base_ = 0; ///< oldest index without a result (== next_ between calls)
+    uint64_t next_ = 0; ///< next index to build
+    uint64_t tx_ = 0;   ///< next index to hand to the transport (< next_: going back)
+
+    // The current call.
+    RocePackets *call_ = nullptr;
+    CommStats *stats_ = nullptr;
+    const char *what_ = "";
+    uint64_t first_ = 0, end_ = 0; ///< the call's indices [first_, end_)
+    uint64_t done_ = 0;            ///< results taken
+    uint32_t retries_ = 0;         ///< timeouts since the oldest index last moved
+    bool send_blocked_ = false;    ///< the transport took fewer frames than offered
+    Clock::duration rto_{};
+    Clock::time_point timer_ = Clock::time_point::max();
+    Clock::time_point last_progress_;
+};
+
+} // namespace incxdp::detail

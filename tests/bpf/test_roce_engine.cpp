@@ -1,0 +1,591 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// The RoCEv2 path of the engine (docs/ROCE.md §3) on crafted frames:
+// verdicts, output frames byte by byte (with a zlib ICRC), connection and
+// slot state, counters.
+#include "roce_fixture.h"
+
+#include <algorithm>
+#include <climits>
+
+namespace incxdp::test::roce {
+namespace {
+
+constexpr uint16_t kSport0 = 0xd000; // the switch's source port toward host 0 (child_conn)
+
+size_t data_len(size_t nelems) {
+    return ROCE_MIN_IMM_FRAME + 4 * nelems;
+}
+
+// A second real interface, for frames on "another port" (the kernel resolves
+// ingress_ifindex), or 0 when there is none.
+uint32_t other_ifindex() {
+    uint32_t found = 0;
+    if (auto *ifs = if_nameindex()) {
+        for (auto *i = ifs; i->if_index; i++)
+            if (i->if_index != kLo && !found)
+                found = i->if_index;
+        if_freenameindex(ifs);
+    }
+    return found;
+}
+
+TEST_F(RoceEngineTest, InOrderWithAckReqGetsAnExactAck) {
+    install(2, true);
+    auto r = run(from_host(0, 0, allreduce(ROCE_OPR_SUM), ramp(16, 1), /*ackreq*/ true));
+    ASSERT_EQ(r.verdict, XDP_TX);
+    EXPECT_EQ(r.stat, INCXDP_STAT_ROCE_ACK);
+    expect_sent(r.out, switch_ep(), host_ep(0), kSport0, ROCE_ACK_FRAME);
+    auto o = parse_out(r.out);
+    EXPECT_EQ(o.opcode, ROCE_OP_ACK);
+    EXPECT_EQ(o.dqpn, host_qpn(0));
+    EXPECT_EQ(o.psn, child_rx_base(0)) << "ACK names the PSN taken";
+    EXPECT_FALSE(o.ackreq);
+    EXPECT_EQ(o.word, ROCE_AETH_ACK | 1) << "AETH: ACK, MSN 1";
+    EXPECT_EQ(r.out.size(), 62u);
+
+    auto c = conn(child_qpn(0));
+    EXPECT_EQ(c.epsn, child_rx_base(0) + 1);
+    EXPECT_EQ(c.msn, 1u);
+    EXPECT_EQ(c.imm, allreduce(ROCE_OPR_SUM));
+    auto r2 = run(from_host(0, 1, allreduce(ROCE_OPR_SUM), ramp(16, 1), true));
+    ASSERT_EQ(r2.verdict, XDP_TX);
+    EXPECT_EQ(parse_out(r2.out).word, ROCE_AETH_ACK | 2);
+    EXPECT_EQ(parse_out(r2.out).psn, child_rx_base(0) + 1);
+}
+
+TEST_F(RoceEngineTest, InOrderWithoutAckReqIsAbsorbed) {
+    install(2, true);
+    auto r = run(from_host(0, 0, allreduce(ROCE_OPR_SUM), ramp(32, 5)));
+    EXPECT_EQ(r.verdict, XDP_DROP);
+    EXPECT_EQ(r.stat, INCXDP_STAT_ROCE_ABSORBED);
+    auto s = slot(0);
+    EXPECT_EQ(s.set[0].bitmap, 1u);
+    EXPECT_EQ(s.set[0].remaining, 1u);
+    EXPECT_EQ(s.set[0].chunk, 0u) << "the set is tagged with idx";
+    EXPECT_EQ(s.set[0].round, allreduce(ROCE_OPR_SUM)) << "... and ImmDt";
+    EXPECT_EQ(s.set[0].nelems, 32);
+    EXPECT_EQ(s.vals[0][31], 5 + 31);
+    EXPECT_EQ(conn(child_qpn(0)).epsn, child_rx_base(0) + 1);
+}
+
+TEST_F(RoceEngineTest, AheadGetsOneNakThenAheadDropsThenGoBackNIsTaken) {
+    install(2, true);
+    const uint32_t op = allreduce(ROCE_OPR_SUM);
+    ASSERT_EQ(run(from_host(0, 0, op, ramp(16, 1))).stat, INCXDP_STAT_ROCE_ABSORBED);
+    // idx 1 is lost; 2 and 3 arrive.
+    auto nak = run(from_host(0, 2, op, ramp(16, 1)));
+    ASSERT_EQ(nak.verdict, XDP_TX);
+    EXPECT_EQ(nak.stat, INCXDP_STAT_ROCE_NAK);
+    expect_sent(nak.out, switch_ep(), host_ep(0), kSport0, ROCE_ACK_FRAME);
+    auto o = parse_out(nak.out);
+    EXPECT_EQ(o.opcode, ROCE_OP_ACK);
+    EXPECT_EQ(o.psn, child_rx_base(0) + 1) << "NAK names the expected PSN";
+    EXPECT_EQ(o.word, ROCE_AETH_NAK_SEQ | 1);
+    auto again = run(from_host(0, 3, op, ramp(16, 1)));
+    EXPECT_EQ(again.verdict, XDP_DROP);
+    EXPECT_EQ(again.stat, INCXDP_STAT_ROCE_AHEAD_DROP) << "one NAK per gap";
+    EXPECT_EQ(slot(2).set[0].bitmap, 0u) << "ahead frames are not aggregated";
+    // Go back N from 1.
+    for (uint32_t idx = 1; idx <= 3; idx++)
+        EXPECT_EQ(run(from_host(0, idx, op, ramp(16, 1))).stat, INCXDP_STAT_ROCE_ABSORBED) << idx;
+    EXPECT_EQ(conn(child_qpn(0)).epsn, child_rx_base(0) + 4);
+    EXPECT_EQ(conn(child_qpn(0)).nak_sent, 0u);
+    // A new gap gets a new NAK.
+    auto nak2 = run(from_host(0, 5, op, ramp(16, 1)));
+    EXPECT_EQ(nak2.stat, INCXDP_STAT_ROCE_NAK);
+    EXPECT_EQ(parse_out(nak2.out).psn, child_rx_base(0) + 4);
+    EXPECT_EQ(parse_out(nak2.out).word, ROCE_AETH_NAK_SEQ | 4);
+}
+
+TEST_F(RoceEngineTest, DuplicateOfAnIncompleteSlotGetsADupAck) {
+    install(2, true);
+    const uint32_t op = allreduce(ROCE_OPR_SUM);
+    run(from_host(0, 0, op, ramp(16, 1)));
+    run(from_host(0, 1, op, ramp(16, 1)));
+    auto r = run(from_host(0, 0, op, ramp(16, 1000)));
+    ASSERT_EQ(r.verdict, XDP_TX);
+    EXPECT_EQ(r.stat, INCXDP_STAT_ROCE_DUP_ACK);
+    expect_sent(r.out, switch_ep(), host_ep(0), kSport0, ROCE_ACK_FRAME);
+    auto o = parse_out(r.out);
+    EXPECT_EQ(o.opcode, ROCE_OP_ACK);
+    EXPECT_EQ(o.psn, child_rx_base(0) + 1) << "epsn - 1";
+    EXPECT_EQ(o.word, ROCE_AETH_ACK | 2);
+    EXPECT_EQ(slot(0).vals[0][0], 1) << "a duplicate is not added";
+    EXPECT_EQ(slot(0).set[0].remaining, 1u);
+}
+
+struct OpCase {
+    uint8_t roce_op;
+    int32_t (*f)(int32_t, int32_t);
+};
+
+TEST_F(RoceEngineTest, TwoChildLeafSendsItsAggregateToTheParent) {
+    install(2, false);
+    const OpCase cases[] = {
+        {ROCE_OPR_SUM, [](int32_t a, int32_t b) { return int32_t(uint32_t(a) + uint32_t(b)); }},
+        {ROCE_OPR_MAX, [](int32_t a, int32_t b) { return std::max(a, b); }},
+        {ROCE_OPR_MIN, [](int32_t a, int32_t b) { return std::min(a, b); }},
+    };
+    std::vector<int32_t> a = ramp(64, INT32_MAX - 20), b = ramp(64, -30, 3);
+    a[0] = INT32_MIN, b[0] = INT32_MAX, a[1] = -1, b[1] = 0, a[2] = INT32_MIN, b[2] = INT32_MIN + 1;
+    uint32_t idx = 0;
+    for (const auto &c : cases) {
+        const uint32_t op = allreduce(c.roce_op);
+        ASSERT_EQ(run(from_host(0, idx, op, a)).stat, INCXDP_STAT_ROCE_ABSORBED);
+        auto r = run(from_host(1, idx, op, b));
+        ASSERT_EQ(r.verdict, XDP_REDIRECT) << "op " << int(c.roce_op);
+        EXPECT_EQ(r.stat, INCXDP_STAT_ROCE_UP);
+        expect_sent(r.out, switch_up_ep(), parent_ep(), switch_up_ep().port, data_len(64));
+        auto o = parse_out(r.out);
+        EXPECT_EQ(o.opcode, ROCE_OP_SEND_ONLY_IMM);
+        EXPECT_EQ(o.dqpn, kParentQpn);
+        EXPECT_EQ(o.psn, kParentTxBase + idx) << "our up stream: tx_base + idx";
+        EXPECT_FALSE(o.ackreq);
+        EXPECT_EQ(o.word, op) << "ImmDt goes up";
+        ASSERT_EQ(o.vals.size(), 64u);
+        for (size_t i = 0; i < 64; i++)
+            EXPECT_EQ(o.vals[i], c.f(a[i], b[i])) << "op " << int(c.roce_op) << " elem " << i;
+        idx++;
+    }
+    EXPECT_EQ(stat(INCXDP_STAT_ROCE_UP), 3u);
+    EXPECT_EQ(stat(INCXDP_STAT_REDIRECT_FAIL), 0u);
+    EXPECT_EQ(slot(0).set[0].flags & INCXDP_SET_RESULT, 0) << "an aggregate is not the result";
+}
+
+TEST_F(RoceEngineTest, FullSizePayloadGoesUpWithItsIcrc) {
+    install(2, false);
+    const uint32_t op = allreduce(ROCE_OPR_SUM);
+    auto a = ramp(512, 3), b = ramp(512, -1, 7);
+    run(from_host(0, 0, op, a));
+    auto r = run(from_host(1, 0, op, b));
+    ASSERT_EQ(r.verdict, XDP_REDIRECT);
+    expect_sent(r.out, switch_up_ep(), parent_ep(), switch_up_ep().port, data_len(512));
+    auto o = parse_out(r.out);
+    for (size_t i = 0; i < 512; i++)
+        ASSERT_EQ(o.vals[i], a[i] + b[i]) << i;
+}
+
+TEST_F(RoceEngineTest, RootCompletionRedirectsTheMulticastTemplate) {
+    install(2, true);
+    const uint32_t op = allreduce(ROCE_OPR_SUM);
+    run(from_host(0, 0, op, ramp(16, 10)));
+    auto r = run(from_host(1, 0, op, ramp(16, 20)));
+    ASSERT_EQ(r.verdict, XDP_REDIRECT);
+    EXPECT_EQ(r.stat, INCXDP_STAT_ROCE_DOWN);
+    ASSERT_EQ(r.out.size(), data_len(16));
+    auto o = parse_out(r.out);
+    EXPECT_EQ(o.opcode, ROCE_OP_SEND_ONLY_IMM);
+    EXPECT_EQ(o.dqpn, 0u) << "template: no connection has QPN 0";
+    EXPECT_EQ(o.psn, 0u) << "template: idx in the PSN field";
+    EXPECT_EQ(o.word, op);
+    EXPECT_EQ(get16(r.out, kEth + 4), kJob) << "template: the job in the IPv4 ID";
+    EXPECT_EQ(o.vals, ramp(16, 30, 2));
+    auto s = slot(0);
+    EXPECT_TRUE(s.set[0].flags & INCXDP_SET_RESULT) << "at the root the aggregate is the result";
+    EXPECT_EQ(s.set[0].remaining, 0u);
+    EXPECT_EQ(s.set[0].rounds, 1u);
+}
+
+TEST_F(RoceEngineTest, ParentResultIsStoredAndMulticast) {
+    install(2, false);
+    const uint32_t op = allreduce(ROCE_OPR_SUM);
+    run(from_host(0, 0, op, ramp(16, 1)));
+    ASSERT_EQ(run(from_host(1, 0, op, ramp(16, 1))).stat, INCXDP_STAT_ROCE_UP);
+    auto result = ramp(16, 500, 5);
+    auto r = run(from_parent(0, op, result));
+    ASSERT_EQ(r.verdict, XDP_REDIRECT);
+    EXPECT_EQ(r.stat, INCXDP_STAT_ROCE_DOWN);
+    auto o = parse_out(r.out);
+    EXPECT_EQ(o.dqpn, 0u);
+    EXPECT_EQ(o.psn, 0u);
+    EXPECT_EQ(get16(r.out, kEth + 4), kJob);
+    EXPECT_EQ(o.vals, result);
+    auto s = slot(0);
+    EXPECT_TRUE(s.set[0].flags & INCXDP_SET_RESULT);
+    EXPECT_EQ(std::vector<int32_t>(s.vals[0], s.vals[0] + 16), result)
+        << "the result replaces the aggregate";
+    EXPECT_EQ(conn(kParentConnQpn).epsn, kParentRxBase + 1);
+    // The parent answers a re-sent aggregate with the result again: multicast again.
+    EXPECT_EQ(run(from_parent(0, op, result)).stat, INCXDP_STAT_ROCE_DOWN);
+    // A result for an idx this switch has not completed.
+    auto stale = run(from_parent(2, op, result));
+    EXPECT_EQ(stale.verdict, XDP_DROP);
+    EXPECT_EQ(stale.stat, INCXDP_STAT_ROCE_STALE);
+}
+
+TEST_F(RoceEngineTest, DuplicatesAfterCompletion) {
+    install(2, false);
+    const uint32_t op = allreduce(ROCE_OPR_MAX);
+    run(from_host(0, 0, op, ramp(16, 1)));
+    ASSERT_EQ(run(from_host(1, 0, op, ramp(16, 2))).stat, INCXDP_STAT_ROCE_UP);
+    // No result yet: the aggregate goes up again (the up frame may be lost).
+    auto up = run(from_host(0, 0, op, ramp(16, 77)));
+    ASSERT_EQ(up.verdict, XDP_REDIRECT);
+    EXPECT_EQ(up.stat, INCXDP_STAT_ROCE_DUP_UP);
+    expect_sent(up.out, switch_up_ep(), parent_ep(), switch_up_ep().port, data_len(16));
+    EXPECT_EQ(parse_out(up.out).psn, kParentTxBase + 0);
+    EXPECT_EQ(parse_out(up.out).vals, ramp(16, 2));
+    // The result came down: a duplicate gets it, addressed to that child.
+    auto result = ramp(16, -8);
+    ASSERT_EQ(run(from_parent(0, op, result)).stat, INCXDP_STAT_ROCE_DOWN);
+    for (uint16_t h = 0; h < 2; h++) {
+        auto r = run(from_host(h, 0, op, ramp(16, 9)));
+        ASSERT_EQ(r.verdict, XDP_TX);
+        EXPECT_EQ(r.stat, INCXDP_STAT_ROCE_DUP_RESULT);
+        expect_sent(r.out, switch_ep(), host_ep(h), uint16_t(kSport0 + h), data_len(16));
+        auto o = parse_out(r.out);
+        EXPECT_EQ(o.opcode, ROCE_OP_SEND_ONLY_IMM);
+        EXPECT_EQ(o.dqpn, host_qpn(h));
+        EXPECT_EQ(o.psn, child_tx_base(h) + 0) << "the child's down stream: tx_base + idx";
+        EXPECT_EQ(o.word, op);
+        EXPECT_EQ(o.vals, result);
+    }
+}
+
+TEST_F(RoceEngineTest, ReduceResultIsCutForAChildWithoutTheRootRank) {
+    install(2, true);
+    const uint32_t op = imm(1, ROCE_PRIM_REDUCE, ROCE_OPR_SUM); // root rank 1
+    run(from_host(0, 0, op, ramp(32, 1)));
+    auto done = run(from_host(1, 0, op, ramp(32, 100)));
+    ASSERT_EQ(done.verdict, XDP_REDIRECT);
+    EXPECT_EQ(parse_out(done.out).vals.size(), 32u) << "the template holds the values; egress cuts";
+    auto r0 = run(from_host(0, 0, op, ramp(32, 1)));
+    ASSERT_EQ(r0.verdict, XDP_TX);
+    EXPECT_EQ(r0.stat, INCXDP_STAT_ROCE_DUP_RESULT);
+    expect_sent(r0.out, switch_ep(), host_ep(0), kSport0, ROCE_MIN_IMM_FRAME);
+    EXPECT_EQ(parse_out(r0.out).word, op);
+    EXPECT_TRUE(parse_out(r0.out).vals.empty()) << "rank 0 gets the 0-payload completion";
+    auto r1 = run(from_host(1, 0, op, ramp(32, 100)));
+    ASSERT_EQ(r1.verdict, XDP_TX);
+    expect_sent(r1.out, switch_ep(), host_ep(1), kSport0 + 1, data_len(32));
+    EXPECT_EQ(parse_out(r1.out).vals, ramp(32, 101, 2)) << "the root rank gets the values";
+}
+
+TEST_F(RoceEngineTest, BroadcastTakesTheRootsPayload) {
+    install(3, true);
+    const uint32_t op = imm(2, ROCE_PRIM_BROADCAST, ROCE_OPR_SUM); // root rank 2
+    auto p = ramp(48, -1000, 13);
+    // idx 0: the root is in the middle; idx 1: first.
+    EXPECT_EQ(run(from_host(0, 0, op, {})).stat, INCXDP_STAT_ROCE_ABSORBED);
+    EXPECT_EQ(run(from_host(2, 0, op, p)).stat, INCXDP_STAT_ROCE_ABSORBED);
+    auto r = run(from_host(1, 0, op, {}));
+    ASSERT_EQ(r.verdict, XDP_REDIRECT);
+    ASSERT_EQ(r.out.size(), data_len(48)) << "a 0-payload frame grows into the result";
+    EXPECT_EQ(parse_out(r.out).vals, p);
+    EXPECT_EQ(run(from_host(2, 1, op, p)).stat, INCXDP_STAT_ROCE_ABSORBED);
+    EXPECT_EQ(run(from_host(0, 1, op, {})).stat, INCXDP_STAT_ROCE_ABSORBED);
+    auto r1 = run(from_host(1, 1, op, {}));
+    ASSERT_EQ(r1.verdict, XDP_REDIRECT);
+    EXPECT_EQ(parse_out(r1.out).vals, p);
+    // A second non-empty payload in one Broadcast disagrees with the set.
+    EXPECT_EQ(run(from_host(2, 2, op, p)).stat, INCXDP_STAT_ROCE_ABSORBED);
+    EXPECT_EQ(run(from_host(0, 2, op, p)).stat, INCXDP_STAT_ROCE_MISMATCH);
+}
+
+TEST_F(RoceEngineTest, BarrierCompletesWithoutPayload) {
+    install(2, true);
+    const uint32_t op = allreduce(ROCE_OPR_BARRIER);
+    EXPECT_EQ(run(from_host(0, 0, op, {})).stat, INCXDP_STAT_ROCE_ABSORBED);
+    auto r = run(from_host(1, 0, op, {}));
+    ASSERT_EQ(r.verdict, XDP_REDIRECT);
+    EXPECT_EQ(r.out.size(), size_t(ROCE_MIN_IMM_FRAME));
+    EXPECT_EQ(parse_out(r.out).word, op);
+    EXPECT_EQ(parse_out(r.out).psn, 0u);
+    // A Barrier with a payload is no collective we know.
+    auto bad = run(from_host(0, 1, op, ramp(16, 1)));
+    EXPECT_EQ(bad.stat, INCXDP_STAT_ROCE_MALFORMED);
+}
+
+TEST_F(RoceEngineTest, PsnWrapAt24BitsKeepsConsecutiveIdx) {
+    install(2, true);
+    const uint32_t base[2] = {0xFFFFF0, 0xFFFFF8};
+    for (uint16_t h = 0; h < 2; h++) {
+        auto c = child_conn(h);
+        c.rx_base = c.epsn = base[h];
+        c.tx_base = 0xFFFFFC - h;
+        put_conn(child_qpn(h), c);
+    }
+    const uint32_t op = allreduce(ROCE_OPR_SUM);
+    auto frame = [&](uint16_t h, uint32_t idx, int32_t v) {
+        RoceFields f;
+        f.dqpn = child_qpn(h);
+        f.psn = (base[h] + idx) & ROCE_PSN_MASK;
+        f.word = op;
+        f.vals = std::vector<int32_t>(16, v);
+        return roce_frame(host_ep(h), switch_ep(), f);
+    };
+    for (uint32_t idx = 0; idx < 40; idx++) {
+        ASSERT_EQ(run(frame(0, idx, int32_t(idx))).stat, INCXDP_STAT_ROCE_ABSORBED) << idx;
+        auto r = run(frame(1, idx, 1000));
+        ASSERT_EQ(r.verdict, XDP_REDIRECT) << idx;
+        EXPECT_EQ(parse_out(r.out).psn, idx) << "idx, not the wrapped PSN";
+        EXPECT_EQ(parse_out(r.out).vals[0], int32_t(idx) + 1000) << idx;
+        EXPECT_EQ(slot(idx % kPoolSize).set[(idx / kPoolSize) & 1].chunk, idx);
+    }
+    EXPECT_EQ(conn(child_qpn(0)).epsn, (base[0] + 40) & ROCE_PSN_MASK);
+    // A duplicate of the last idx: its result on the down stream, wrapped too.
+    auto dup = run(frame(0, 39, 0));
+    ASSERT_EQ(dup.stat, INCXDP_STAT_ROCE_DUP_RESULT);
+    EXPECT_EQ(parse_out(dup.out).psn, (0xFFFFFCu + 39) & ROCE_PSN_MASK);
+    EXPECT_EQ(parse_out(dup.out).vals[0], 39 + 1000);
+}
+
+TEST_F(RoceEngineTest, StalePsnOfAReusedSetIsDropped) {
+    install(2, true);
+    const uint32_t op = allreduce(ROCE_OPR_SUM);
+    for (uint32_t idx = 0; idx <= 2 * kPoolSize; idx++) {
+        run(from_host(0, idx, op, ramp(16, 1)));
+        ASSERT_EQ(run(from_host(1, idx, op, ramp(16, 1))).verdict, XDP_REDIRECT);
+    }
+    // idx 0's set (slot 0, set 0) now holds idx 8.
+    auto r = run(from_host(0, 0, op, ramp(16, 1)));
+    EXPECT_EQ(r.verdict, XDP_DROP);
+    EXPECT_EQ(r.stat, INCXDP_STAT_ROCE_STALE);
+    // idx 4 (slot 0, set 1) still holds its result.
+    EXPECT_EQ(run(from_host(0, kPoolSize, op, ramp(16, 1))).stat, INCXDP_STAT_ROCE_DUP_RESULT);
+    EXPECT_EQ(slot(0).set[0].chunk, 2 * kPoolSize);
+    EXPECT_EQ(slot(0).set[0].rounds, 2u);
+}
+
+TEST_F(RoceEngineTest, FramesWithoutImmDtUseTheConnectionsLast) {
+    install(2, true);
+    // Before any ImmDt the connection's is 0: an AllReduce Barrier, which
+    // cannot carry values.
+    auto early = run(from_host(0, 0, 0, ramp(16, 1), false, ROCE_OP_SEND_ONLY));
+    EXPECT_EQ(early.stat, INCXDP_STAT_ROCE_MALFORMED);
+    const uint32_t op = allreduce(ROCE_OPR_MIN);
+    run(from_host(0, 0, op, ramp(16, 10)));
+    ASSERT_EQ(run(from_host(1, 0, op, ramp(16, 20))).verdict, XDP_REDIRECT);
+    // SEND_ONLY and SEND_LAST carry no ImmDt: MIN still applies.
+    EXPECT_EQ(run(from_host(0, 1, 0, ramp(16, 50), false, ROCE_OP_SEND_ONLY)).stat,
+              INCXDP_STAT_ROCE_ABSORBED);
+    auto r = run(from_host(1, 1, 0, ramp(16, 40, 2), false, ROCE_OP_SEND_LAST));
+    ASSERT_EQ(r.verdict, XDP_REDIRECT);
+    EXPECT_EQ(r.out.size(), data_len(16)) << "the result is a SEND_ONLY_IMM: 4 B longer";
+    auto o = parse_out(r.out);
+    EXPECT_EQ(o.opcode, ROCE_OP_SEND_ONLY_IMM);
+    EXPECT_EQ(o.word, op) << "ImmDt from the connection";
+    for (size_t i = 0; i < 16; i++)
+        EXPECT_EQ(o.vals[i], std::min(50 + int32_t(i), 40 + 2 * int32_t(i)));
+}
+
+TEST_F(RoceEngineTest, BadIcrcIsDroppedAndCounted) {
+    install(2, true);
+    auto f = from_host(0, 0, allreduce(ROCE_OPR_SUM), ramp(16, 1));
+    auto bad = f;
+    bad[kPayloadImm + 5] ^= 0x40; // payload changed, ICRC not
+    auto r = run(bad);
+    EXPECT_EQ(r.verdict, XDP_DROP);
+    EXPECT_EQ(r.stat, INCXDP_STAT_ROCE_BAD_ICRC);
+    auto bad2 = f;
+    bad2.back() ^= 1;
+    EXPECT_EQ(run(bad2).stat, INCXDP_STAT_ROCE_BAD_ICRC);
+    EXPECT_EQ(slot(0).set[0].bitmap, 0u);
+    EXPECT_EQ(conn(child_qpn(0)).epsn, child_rx_base(0));
+    // TTL and the IP checksum are outside the ICRC (masked): a router may change them.
+    auto routed = f;
+    routed[kEth + 8] = 17;
+    routed[kEth + 10] = routed[kEth + 11] = 0;
+    uint16_t c = ip_checksum(&routed[kEth]);
+    routed[kEth + 10] = uint8_t(c >> 8);
+    routed[kEth + 11] = uint8_t(c);
+    EXPECT_EQ(run(routed).stat, INCXDP_STAT_ROCE_ABSORBED);
+    EXPECT_EQ(stat(INCXDP_STAT_ROCE_BAD_ICRC), 2u);
+}
+
+TEST_F(RoceEngineTest, UnknownQpWrongMacWrongIpAndWrongPortAreRefused) {
+    install(2, true);
+    const uint32_t op = allreduce(ROCE_OPR_SUM);
+    RoceFields f;
+    f.dqpn = 0x777;
+    f.psn = child_rx_base(0);
+    f.word = op;
+    f.vals = ramp(16, 1);
+    EXPECT_EQ(run(roce_frame(host_ep(0), switch_ep(), f)).stat, INCXDP_STAT_ROCE_UNKNOWN_QP);
+    f.dqpn = 0; // the template's QPN is nobody's
+    EXPECT_EQ(run(roce_frame(host_ep(0), switch_ep(), f)).stat, INCXDP_STAT_ROCE_UNKNOWN_QP);
+    f.dqpn = child_qpn(0);
+    auto mac = host_ep(0);
+    mac.mac[5] = 0x55;
+    EXPECT_EQ(run(roce_frame(mac, switch_ep(), f)).stat, INCXDP_STAT_ROCE_UNKNOWN_QP);
+    auto ip = host_ep(0);
+    ip.ip += 9;
+    EXPECT_EQ(run(roce_frame(ip, switch_ep(), f)).stat, INCXDP_STAT_ROCE_UNKNOWN_QP);
+    // Host 1 using host 0's QPN.
+    f.psn = child_rx_base(1);
+    EXPECT_EQ(run(roce_frame(host_ep(1), switch_ep(), f)).stat, INCXDP_STAT_ROCE_UNKNOWN_QP);
+    // The right addresses on another port.
+    uint32_t other = other_ifindex();
+    auto right = from_host(0, 0, op, ramp(16, 1));
+    if (other) {
+        auto c = child_conn(0);
+        c.ifindex = other;
+        put_conn(child_qpn(0), c);
+        EXPECT_EQ(run(right, kLo).stat, INCXDP_STAT_ROCE_UNKNOWN_QP)
+            << "host 0 lives behind port " << other;
+        EXPECT_EQ(slot(0).set[0].bitmap, 0u);
+        EXPECT_EQ(run(right, other).stat, INCXDP_STAT_ROCE_ABSORBED) << "on its port";
+    } else {
+        auto c = child_conn(0);
+        c.ifindex = 4242;
+        put_conn(child_qpn(0), c);
+        EXPECT_EQ(run(right, kLo).stat, INCXDP_STAT_ROCE_UNKNOWN_QP)
+            << "no second interface: port 4242";
+    }
+    EXPECT_EQ(stat(INCXDP_STAT_ROCE_UNKNOWN_QP), 6u);
+}
+
+TEST_F(RoceEngineTest, MalformedFramesAreDroppedAndCounted) {
+    install(2, true);
+    const uint32_t op = allreduce(ROCE_OPR_SUM);
+    auto good = from_host(0, 0, op, ramp(16, 1));
+    std::vector<Bytes> bad;
+    RoceFields f;
+    f.dqpn = child_qpn(0);
+    f.psn = child_rx_base(0);
+    f.word = op;
+    f.vals = ramp(16, 1);
+    auto with = [&](auto change) {
+        RoceFields g = f;
+        change(g);
+        return roce_frame(host_ep(0), switch_ep(), g);
+    };
+    bad.push_back(with([](RoceFields &g) { g.opcode = 0x0a; }));        // RDMA WRITE ONLY
+    bad.push_back(with([](RoceFields &g) { g.flags = 0x30; }));         // PadCnt 3
+    bad.push_back(with([](RoceFields &g) { g.flags = 0x01; }));         // TVer 1
+    bad.push_back(with([](RoceFields &g) { g.vals.resize(20); }));      // not whole 64 B blocks
+    bad.push_back(with([](RoceFields &g) { g.vals = ramp(528, 1); }));  // over 2048 B
+    bad.push_back(with([](RoceFields &g) { g.opcode = ROCE_OP_ACK; })); // an ACK with a payload
+    auto trailing = good;                                               // bytes past the datagram
+    trailing.push_back(0);
+    bad.push_back(trailing);
+    auto short_ip = good; // IPv4 length short of the frame
+    short_ip[kEth + 3] -= 4;
+    bad.push_back(short_ip);
+    auto udp_len = good;
+    udp_len[kEth + 25] += 4;
+    bad.push_back(udp_len);
+    auto runt = good;
+    runt.resize(kBth + 8); // no whole BTH
+    runt[kEth + 2] = 0;
+    runt[kEth + 3] = uint8_t(runt.size() - kEth);
+    bad.push_back(runt);
+    for (size_t i = 0; i < bad.size(); i++) {
+        auto r = run(bad[i]);
+        EXPECT_EQ(r.verdict, XDP_DROP) << i;
+        EXPECT_EQ(r.stat, INCXDP_STAT_ROCE_MALFORMED) << "frame " << i;
+    }
+    // ImmDt checked after the connection: primitive 3, dtype 2, reserved bits.
+    for (uint32_t w : {op | 3u << 14, imm(0xffff, 0, ROCE_OPR_SUM, 2), op | 0x5u}) {
+        RoceFields g = f;
+        g.word = w;
+        EXPECT_EQ(run(roce_frame(host_ep(0), switch_ep(), g)).stat, INCXDP_STAT_ROCE_MALFORMED)
+            << std::hex << w;
+    }
+    EXPECT_EQ(slot(0).set[0].bitmap, 0u);
+    EXPECT_EQ(conn(child_qpn(0)).epsn, child_rx_base(0));
+    EXPECT_EQ(run(good).stat, INCXDP_STAT_ROCE_ABSORBED);
+}
+
+TEST_F(RoceEngineTest, PeerAckIsConsumedAndPeerNakGetsTheResult) {
+    install(2, true);
+    const uint32_t op = allreduce(ROCE_OPR_SUM);
+    run(from_host(0, 0, op, ramp(32, 1)));
+    ASSERT_EQ(run(from_host(1, 0, op, ramp(32, 1))).verdict, XDP_REDIRECT);
+    RoceFields a;
+    a.opcode = ROCE_OP_ACK;
+    a.dqpn = child_qpn(0);
+    a.psn = child_tx_base(0);
+    a.word = ROCE_AETH_ACK | 1;
+    auto ack = run(roce_frame(host_ep(0), switch_ep(), a));
+    EXPECT_EQ(ack.verdict, XDP_DROP);
+    EXPECT_EQ(ack.stat, INCXDP_STAT_ROCE_PEER_ACK);
+    // The host expects idx 0 on the down stream: the held result, grown
+    // from the 62 B NAK.
+    a.word = ROCE_AETH_NAK_SEQ | 1;
+    auto nak = run(roce_frame(host_ep(0), switch_ep(), a));
+    ASSERT_EQ(nak.verdict, XDP_TX);
+    EXPECT_EQ(nak.stat, INCXDP_STAT_ROCE_PEER_NAK);
+    expect_sent(nak.out, switch_ep(), host_ep(0), kSport0, data_len(32));
+    EXPECT_EQ(parse_out(nak.out).psn, child_tx_base(0));
+    EXPECT_EQ(parse_out(nak.out).vals, ramp(32, 2, 2));
+    // Nothing held for idx 1.
+    a.psn = child_tx_base(0) + 1;
+    auto none = run(roce_frame(host_ep(0), switch_ep(), a));
+    EXPECT_EQ(none.verdict, XDP_DROP);
+    EXPECT_EQ(none.stat, INCXDP_STAT_ROCE_PEER_NAK);
+}
+
+TEST_F(RoceEngineTest, SwitchChildIsTakenInAnyOrderWithinTheWindow) {
+    install(2, false);
+    auto c = child_conn(0);
+    c.strict = 0; // a switch below: no go-back-N, the bitmap finds duplicates
+    put_conn(child_qpn(0), c);
+    const uint32_t op = allreduce(ROCE_OPR_SUM);
+    for (uint32_t idx : {2u, 0u, 3u, 1u})
+        EXPECT_EQ(run(from_host(0, idx, op, ramp(16, int32_t(idx)))).stat,
+                  INCXDP_STAT_ROCE_ABSORBED)
+            << idx;
+    EXPECT_EQ(conn(child_qpn(0)).epsn, child_rx_base(0) + 4) << "highest + 1";
+    EXPECT_EQ(conn(child_qpn(0)).msn, 4u);
+    auto dup = run(from_host(0, 2, op, ramp(16, 2)));
+    EXPECT_EQ(dup.stat, INCXDP_STAT_ROCE_DUP_ACK) << "its bit is set";
+    auto far = run(from_host(0, 4 + kPoolSize, op, ramp(16, 1)));
+    EXPECT_EQ(far.stat, INCXDP_STAT_ROCE_AHEAD_DROP) << "beyond the window: no NAK to a switch";
+    auto r = run(from_host(1, 0, op, ramp(16, 100)));
+    ASSERT_EQ(r.stat, INCXDP_STAT_ROCE_UP);
+    EXPECT_EQ(parse_out(r.out).vals, ramp(16, 100, 2));
+}
+
+TEST_F(RoceEngineTest, OtherUdpStillPassesAndJobChecks) {
+    install(2, true);
+    // The UDP paths are untouched: a non-aggregation port passes.
+    Endpoint dns = switch_ep();
+    dns.port = 53;
+    EXPECT_EQ(run(udp_frame(host_ep(0), dns, Bytes(20, 1))).stat, INCXDP_STAT_PASS);
+    // A connection of an inactive job, or of a STAR job.
+    incxdp_job j{};
+    uint32_t id = kJob;
+    ASSERT_EQ(bpf_map_update_elem(fd(skel_->maps.incxdp_jobs), &id, &j, BPF_ANY), 0);
+    EXPECT_EQ(run(from_host(0, 0, allreduce(ROCE_OPR_SUM), ramp(16, 1))).stat, INCXDP_STAT_BAD_JOB);
+    install(2, true);
+    ASSERT_EQ(bpf_map_lookup_elem(fd(skel_->maps.incxdp_jobs), &id, &j), 0);
+    j.kind = INCXDP_JOB_STAR;
+    ASSERT_EQ(bpf_map_update_elem(fd(skel_->maps.incxdp_jobs), &id, &j, BPF_ANY), 0);
+    EXPECT_EQ(run(from_host(0, 0, allreduce(ROCE_OPR_SUM), ramp(16, 1))).stat, INCXDP_STAT_BAD_JOB);
+}
+
+// Per-packet cost (bpf_prog_test_run's own timer, JITed). Run with
+// --gtest_also_run_disabled_tests; prints, asserts nothing.
+TEST_F(RoceEngineTest, DISABLED_PerPacketCost) {
+    constexpr uint32_t kN = 4000;
+    for (bool root : {true, false}) {
+        for (size_t n : {256u, 512u}) {
+            TearDown();
+            SetUp();
+            install(2, root);
+            const uint32_t op = allreduce(ROCE_OPR_SUM);
+            double absorbed = 0, completing = 0;
+            for (uint32_t idx = 0; idx < kN; idx++) {
+                absorbed += time_ns(from_host(0, idx, op, ramp(n, int32_t(idx))), 1);
+                completing += time_ns(from_host(1, idx, op, ramp(n, 1)), 1);
+            }
+            std::printf(
+                "%s, %4zu B payload: in-order absorbed %6.0f ns, completing (%s) %6.0f ns\n",
+                root ? "root " : "leaf ", n * 4, absorbed / kN,
+                root ? "template down" : "up + ICRC", completing / kN);
+        }
+    }
+    auto probe = from_host(0, 0, allreduce(ROCE_OPR_SUM), ramp(256, 1));
+    probe[kBth + 7] ^= 0x10; // unknown QPN: parse + ICRC check + lookup
+    set_icrc(probe);
+    double one = 0;
+    for (uint32_t i = 0; i < kN; i++)
+        one += time_ns(probe, 1);
+    std::printf("unknown QP, 1 KB payload (parse + ICRC check + lookup): %6.0f ns (repeat 100000), "
+                "%6.0f ns (repeat 1: the timing overhead in the numbers above)\n",
+                time_ns(probe, 100000), one / kN);
+}
+
+} // namespace
+} // namespace incxdp::test::roce

@@ -1,0 +1,170 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// RoCEv2 collectives through XDP switch trees (docs/ROCE.md): INC_Emulation's
+// 1-2-4 (root, two leaves, four hosts) and a deeper 1-2-4-8. Every rank runs
+// incxdp-worker --transport roce and verifies its result element by element;
+// frames captured on every link are checked by independent tools (scapy's
+// ICRC, tshark's BTH decoder).
+#include "tree_fixture.h"
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace incxdp::test {
+namespace {
+
+class Tree124 : public TreeTopology {
+  protected:
+    static void SetUpTestSuite() { bring_up("tree124", "ixr"); }
+    static void TearDownTestSuite() { tear_down(); }
+
+    void expect_clean_switches()
+    {
+        for (const auto &sw : switches_) {
+            auto st = stats(sw);
+            EXPECT_EQ(st["roce_bad_icrc"], 0u) << sw;
+            EXPECT_EQ(st["roce_unknown_qp"], 0u) << sw;
+            EXPECT_EQ(st["roce_malformed"], 0u) << sw;
+            EXPECT_EQ(st["roce_mismatch"], 0u) << sw;
+        }
+    }
+};
+
+TEST_F(Tree124, AllReduceInt32SumUpTo64MiB)
+{
+    for (const char *size : {"4", "1000", "1M", "64M"})
+        run({"allreduce", size});
+    expect_clean_switches();
+}
+
+TEST_F(Tree124, AllReduceWithInc_EmulationsOneKilobytePackets)
+{
+    TreeRun s{"allreduce", "4M"};
+    s.elems = 256;
+    run(s);
+}
+
+TEST_F(Tree124, AllReduceFloat32AndMaxMin)
+{
+    run({"allreduce", "1M", "float32", "sum"});
+    for (const char *op : {"max", "min"}) {
+        run({"allreduce", "300000", "int32", op});
+        run({"allreduce", "300000", "float32", op});
+    }
+}
+
+TEST_F(Tree124, ReduceDeliversToTheRootOnly)
+{
+    for (int root : {0, 3}) {
+        TreeRun s{"reduce", "1M"};
+        s.root = root;
+        run(s);
+    }
+    TreeRun f{"reduce", "256K", "float32"};
+    f.root = 1;
+    run(f);
+}
+
+TEST_F(Tree124, BroadcastFromAnyRank)
+{
+    for (int root : {0, 2}) {
+        TreeRun s{"broadcast", "1M"};
+        s.root = root;
+        run(s);
+    }
+    TreeRun f{"broadcast", "100000", "float32"};
+    f.root = 3;
+    run(f);
+}
+
+TEST_F(Tree124, BarrierAndMixedCollectivesInOneRun)
+{
+    run({"barrier", "4"});
+    // Several collectives in one process continue one PSN stream per
+    // connection (and wrap it: tree124 starts its PSNs near 2^24).
+    TreeRun s{"allreduce", "256K"};
+    s.iters = 5;
+    run(s);
+}
+
+// Frames captured where they arrive, on every port of every node (so on
+// both directions of every link), during 1 MiB AllReduces:
+// every ICRC matches scapy's, tshark decodes every BTH, and no PSN of any
+// stream is missing (across the 2^24 wrap). A switch's streams may be
+// reordered: consecutive slots completing on two CPUs at once leave in
+// either order (receivers take results in any order, docs/ROCE.md §3).
+TEST_F(Tree124, CapturedFramesPassScapyIcrcAndTsharkDecode)
+{
+    namespace fs = std::filesystem;
+    fs::path dir = fs::temp_directory_path() / ("incxdp-cap-" + std::to_string(getpid()));
+    fs::create_directories(dir);
+    struct Cleanup {
+        fs::path d;
+        ~Cleanup() { fs::remove_all(d); }
+    } cleanup{dir};
+
+    ASSERT_EQ(rules_apply().status, 0);
+    std::vector<std::string> nodes = switches_;
+    nodes.insert(nodes.end(), ranks_.begin(), ranks_.end());
+    std::vector<std::future<proc::ProcResult>> caps;
+    std::vector<std::string> files;
+    for (const auto &n : nodes) {
+        files.push_back((dir / (n + ".pcap")).string());
+        caps.push_back(std::async(std::launch::async, [&, n, f = files.back()] {
+            return in_node(n, {INCXDP_CLI, "capture", "-w", f, "--seconds", "120"});
+        }));
+    }
+    // The capture processes open their perf buffers before the run starts.
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    // Several iterations: the hosts' AF_XDP transports replace incxdp_pass
+    // with incxdp_xsk when they open, and capture follows within ~20 ms.
+    TreeRun s{"allreduce", "1M"};
+    s.apply = false;
+    s.iters = 8;
+    run(s);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    proc::run({"pkill", "-INT", "-f", "incxdp-cap-" + std::to_string(getpid())});
+    for (size_t i = 0; i < caps.size(); i++) {
+        auto r = caps[i].get();
+        EXPECT_EQ(r.status, 0) << nodes[i] << ": " << r.err;
+        EXPECT_NE(r.err.find(" 0 lost"), std::string::npos) << nodes[i] << ": " << r.err;
+    }
+    std::vector<std::string> argv = {"/usr/bin/python3",
+                                     std::string(INCXDP_SOURCE_DIR) + "/tests/e2e/roce_pcap_check.py",
+                                     "--complete", "--min-frames", "1000"};
+    argv.insert(argv.end(), files.begin(), files.end());
+    auto chk = proc::run(argv);
+    EXPECT_EQ(chk.status, 0) << chk.out << chk.err;
+    auto j = nlohmann::json::parse(chk.out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << chk.out << chk.err;
+    EXPECT_EQ(j["icrc_bad"].get<int>(), 0);
+    EXPECT_EQ(j["icrc_ok"].get<int>(), j["frames"].get<int>());
+    EXPECT_EQ(j["tshark_bth"].get<int>(), j["frames"].get<int>());
+    EXPECT_EQ(j["missing"].get<int>(), 0) << chk.out;
+    // 4 hosts + 2 leaves up, 2 leaves + 4 hosts down: 12 SEND streams.
+    EXPECT_EQ(j["streams"].get<int>(), 12) << chk.out;
+    EXPECT_GT(j["wraps"].get<int>(), 0) << "tree124 starts its PSNs near 2^24:\n" << chk.out;
+}
+
+class Tree1248 : public TreeTopology {
+  protected:
+    static void SetUpTestSuite() { bring_up("tree1248", "ixd"); }
+    static void TearDownTestSuite() { tear_down(); }
+};
+
+TEST_F(Tree1248, AllReduceThroughThreeSwitchLevels)
+{
+    for (const char *size : {"4", "1M", "64M"})
+        run({"allreduce", size});
+    TreeRun r{"reduce", "1M"};
+    r.root = 5;
+    run(r);
+    TreeRun b{"broadcast", "1M"};
+    b.root = 7;
+    run(b);
+    run({"barrier", "4"});
+}
+
+} // namespace
+} // namespace incxdp::test

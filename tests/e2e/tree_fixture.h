@@ -1,0 +1,164 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// A RoCEv2 aggregation tree (topo/topologies/tree*.yaml) brought up once per
+// test suite under a private prefix and pin root, with the engine loaded and
+// the tree rules installed on every switch by `incxdp rules apply`, as a
+// user would. Torn down (engines, pins, namespaces) whatever happens.
+#pragma once
+
+#include "netns_fixture.h"
+
+#include <incxdp/tree.h>
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <set>
+
+namespace incxdp::test {
+
+struct TreeRun {
+    std::string prim = "allreduce"; // allreduce|reduce|broadcast|barrier
+    std::string size = "1M";
+    std::string dtype = "int32";
+    std::string op = "sum";
+    int root = 0;
+    int iters = 1;
+    uint32_t elems = 0; // elements per packet; 0 = the default
+    bool apply = true;  // `incxdp rules apply` first: a fresh run of the job
+};
+
+inline std::string describe(const TreeRun &s)
+{
+    return s.prim + " " + s.size + " " + s.dtype + " " + s.op + " root " + std::to_string(s.root);
+}
+
+class TreeTopology : public ::testing::Test {
+  protected:
+    static inline std::string file_;
+    static inline std::string prefix_;
+    static inline std::string pin_root_;
+    static inline bool up_ = false;
+    static inline std::string setup_error_;
+    static inline std::vector<std::string> switches_;
+    static inline std::vector<std::string> ranks_; // host per rank
+
+    static std::string ns(const std::string &node) { return topo::netns_name(prefix_, node); }
+    static std::string pin_dir(const std::string &sw) { return topo::switch_pin_dir(pin_root_, prefix_, sw); }
+
+    static proc::ProcResult in_node(const std::string &node, std::vector<std::string> argv)
+    {
+        argv.insert(argv.begin(), "--net=/var/run/netns/" + ns(node));
+        argv.insert(argv.begin(), "nsenter");
+        return proc::run(argv);
+    }
+
+    static proc::ProcResult cli(std::vector<std::string> args)
+    {
+        args.insert(args.begin(), INCXDP_CLI);
+        return proc::run(args);
+    }
+
+    static proc::ProcResult rules_apply()
+    {
+        return cli({"rules", "apply", file_, "--prefix", prefix_, "--pin-root", pin_root_, "--mode",
+                    INCXDP_E2E_MODE});
+    }
+
+    static void bring_up(const std::string &name, const std::string &tag)
+    {
+        if (geteuid() != 0) {
+            setup_error_ = "needs root (network namespaces, XDP)";
+            return;
+        }
+        file_ = topology_file(name);
+        prefix_ = tag + std::to_string(getpid()) + "-";
+        pin_root_ = "/sys/fs/bpf/incxdp-" + tag + std::to_string(getpid());
+        try {
+            auto t = topo::Topology::load_file(file_);
+            auto plan = topo::plan_tree(t, 1);
+            for (const auto &s : plan.switches)
+                switches_.push_back(s.name);
+            ranks_ = plan.ranks;
+        } catch (const std::exception &e) {
+            setup_error_ = std::string("tree plan failed: ") + e.what();
+            return;
+        }
+        auto r = cli({"topo", "up", file_, "--prefix", prefix_});
+        if (r.status != 0) {
+            setup_error_ = "incxdp topo up failed: " + r.err;
+            return;
+        }
+        up_ = true;
+        r = rules_apply();
+        if (r.status != 0)
+            setup_error_ = "incxdp rules apply failed: " + r.out + r.err;
+    }
+
+    static void tear_down()
+    {
+        if (!up_)
+            return;
+        auto r = cli({"topo", "down", file_, "--prefix", prefix_, "--pin-root", pin_root_});
+        if (r.status != 0)
+            ADD_FAILURE() << "incxdp topo down failed: " << r.err;
+        up_ = false;
+    }
+
+    void SetUp() override
+    {
+        if (geteuid() != 0)
+            GTEST_SKIP() << setup_error_;
+        ASSERT_TRUE(setup_error_.empty()) << setup_error_;
+    }
+
+    // Every rank runs incxdp-worker over the RoCE transport; each must exit 0
+    // having verified its result.
+    std::vector<proc::ProcResult> run(const TreeRun &s)
+    {
+        if (s.apply) {
+            auto r = rules_apply();
+            EXPECT_EQ(r.status, 0) << r.err;
+        }
+        std::vector<std::future<proc::ProcResult>> futs;
+        for (size_t rank = 0; rank < ranks_.size(); rank++)
+            futs.push_back(std::async(std::launch::async, [&, rank] {
+                std::vector<std::string> argv = {INCXDP_WORKER, "--topo", file_, "--job", "1", "--rank",
+                                                 std::to_string(rank), "--transport", "roce", "--prim", s.prim,
+                                                 "--root", std::to_string(s.root), "--size", s.size, "--dtype",
+                                                 s.dtype, "--op", s.op, "--iters", std::to_string(s.iters),
+                                                 "--verify", "--deadline", "120"};
+                if (s.elems) {
+                    argv.push_back("--elems");
+                    argv.push_back(std::to_string(s.elems));
+                }
+                return in_node(ranks_[rank], argv);
+            }));
+        std::vector<proc::ProcResult> res;
+        for (auto &f : futs)
+            res.push_back(f.get());
+        for (size_t r = 0; r < res.size(); r++) {
+            EXPECT_EQ(res[r].status, 0) << describe(s) << ", rank " << r << ":\n" << res[r].out << res[r].err;
+            EXPECT_NE(res[r].out.find("verify OK"), std::string::npos)
+                << describe(s) << ", rank " << r << ": no verification reported:\n"
+                << res[r].out << res[r].err;
+        }
+        return res;
+    }
+
+    // Counters of one switch's engine.
+    std::map<std::string, uint64_t> stats(const std::string &sw)
+    {
+        auto r = in_node(sw, {INCXDP_CLI, "stats", "-j", "--pin-dir", pin_dir(sw)});
+        EXPECT_EQ(r.status, 0) << r.err;
+        std::map<std::string, uint64_t> out;
+        if (r.status == 0) {
+            auto j = nlohmann::json::parse(r.out);
+            for (auto &[k, v] : j.items())
+                if (v.is_number_unsigned())
+                    out[k] = v.get<uint64_t>();
+        }
+        return out;
+    }
+};
+
+} // namespace incxdp::test

@@ -1,0 +1,545 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// The roce transport end to end in one process: N Communicators (one
+// thread each) speak RoCEv2 frames through a loopback Transport to a
+// software model of the switch (roce_soft_switch.h) that can lose,
+// duplicate, corrupt and delay frames. AllReduce/Reduce/Broadcast/Barrier
+// bit-exact (float32 SUM within the bound), go-back-N under loss, PSNs
+// wrapping at 2^24, ICRC errors, stalls. No timing assertions.
+#include "roce_soft_switch.h"
+
+#include <incxdp/communicator.h>
+#include <incxdp/quantize.h>
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <thread>
+
+using namespace incxdp;
+using namespace incxdp::test;
+
+namespace {
+
+constexpr uint32_t kJob = 9;
+constexpr int32_t kMarker = 0x5a5a5a5a;
+const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min};
+
+struct RoceOptions {
+    SoftSwitchConfig sw;
+    uint32_t window = 32;
+    uint32_t elems = 0;
+    std::chrono::milliseconds timeout{100}, max_timeout{400};
+    std::chrono::milliseconds deadline{30000};
+    uint32_t max_retries = 0;
+};
+
+std::string ip_of(uint32_t net_order) {
+    uint32_t h = ntohl(net_order);
+    return std::to_string(h >> 24) + "." + std::to_string((h >> 16) & 255) + "." +
+           std::to_string((h >> 8) & 255) + "." + std::to_string(h & 255);
+}
+
+class RoceCluster {
+  public:
+    explicit RoceCluster(RoceOptions o) : o_(o), net_(o.sw) {
+        for (uint32_t r = 0; r < o.sw.ranks; ++r)
+            comms_.push_back(std::make_unique<Communicator>(config(r), net_.transport(r)));
+    }
+    ~RoceCluster() {
+        // close() is collective on star jobs only; on roce it sends nothing.
+        for (auto &c : comms_)
+            c.reset();
+    }
+
+    CommConfig config(uint32_t r) const {
+        const SoftConn &k = net_.conn(r);
+        CommConfig c;
+        c.transport = TransportKind::Roce;
+        c.rank = r;
+        c.world_size = o_.sw.ranks;
+        c.job = kJob;
+        c.local_ip = ip_of(k.host_ip);
+        c.switch_ip = ip_of(k.switch_ip);
+        c.local_port = INCXDP_ROCE_UDP_PORT;
+        c.roce.local_qpn = k.host_qpn;
+        c.roce.remote_qpn = k.switch_qpn;
+        c.roce.up_base = k.up_base;
+        c.roce.down_base = k.down_base;
+        c.roce.sport = k.host_sport;
+        c.roce.pool = o_.sw.pool;
+        c.roce.local_mac = k.host_mac;
+        c.roce.switch_mac = k.switch_mac;
+        c.window = o_.window;
+        c.elems_per_packet = o_.elems;
+        c.timeout = o_.timeout;
+        c.max_timeout = o_.max_timeout;
+        c.deadline = o_.deadline;
+        c.max_retries = o_.max_retries;
+        return c;
+    }
+
+    std::vector<std::exception_ptr> parallel(std::function<void(uint32_t, Communicator &)> f,
+                                             uint32_t ranks = 0) {
+        if (!ranks)
+            ranks = o_.sw.ranks;
+        std::vector<std::exception_ptr> err(ranks);
+        std::vector<std::thread> t;
+        for (uint32_t r = 0; r < ranks; ++r)
+            t.emplace_back([&, r] {
+                try {
+                    f(r, *comms_[r]);
+                } catch (...) {
+                    err[r] = std::current_exception();
+                }
+            });
+        for (auto &th : t)
+            th.join();
+        return err;
+    }
+
+    void parallel_ok(std::function<void(uint32_t, Communicator &)> f) {
+        auto err = parallel(std::move(f));
+        for (uint32_t r = 0; r < err.size(); ++r) {
+            if (!err[r])
+                continue;
+            try {
+                std::rethrow_exception(err[r]);
+            } catch (const std::exception &e) {
+                FAIL() << "rank " << r << ": " << e.what();
+            }
+        }
+    }
+
+    uint32_t ranks() const { return o_.sw.ranks; }
+    uint32_t per_packet() const { return comms_[0]->config().effective_elems_per_packet(); }
+    SoftRoceNet &net() { return net_; }
+    Communicator &comm(uint32_t r) { return *comms_[r]; }
+    CommStats total() const {
+        CommStats t;
+        for (const auto &c : comms_)
+            t += c->total_stats();
+        return t;
+    }
+
+  private:
+    RoceOptions o_;
+    SoftRoceNet net_;
+    std::vector<std::unique_ptr<Communicator>> comms_;
+};
+
+std::vector<int32_t> int_data(uint32_t rank, size_t n, uint64_t salt) {
+    std::mt19937_64 rng(salt * 1000003 + rank);
+    std::vector<int32_t> v(n);
+    for (auto &x : v)
+        x = int32_t(uint32_t(rng()));
+    return v;
+}
+
+// Blocks of 64 share a magnitude in 2^[-30, 30]; some all zero, some
+// negative only, some -0.0.
+std::vector<float> float_data(uint32_t rank, size_t n, uint64_t salt) {
+    std::mt19937_64 rng(salt * 7919 + rank);
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    std::vector<float> v(n);
+    for (size_t b = 0; b < n; b += 64) {
+        int e = int(rng() % 61) - 30;
+        int kind = int(rng() % 8);
+        for (size_t i = b; i < std::min(n, b + 64); ++i) {
+            double x = std::ldexp(u(rng), e);
+            v[i] = kind == 0   ? 0.0f
+                   : kind == 1 ? -float(std::fabs(x))
+                   : kind == 2 ? -0.0f
+                               : float(x);
+        }
+    }
+    return v;
+}
+
+int32_t int_reduce(ReduceOp op, const std::vector<std::vector<int32_t>> &in, size_t i) {
+    uint32_t sum = 0;
+    int32_t mx = std::numeric_limits<int32_t>::min(), mn = std::numeric_limits<int32_t>::max();
+    for (const auto &v : in) {
+        sum += uint32_t(v[i]);
+        mx = std::max(mx, v[i]);
+        mn = std::min(mn, v[i]);
+    }
+    return op == ReduceOp::Sum ? int32_t(sum) : op == ReduceOp::Max ? mx : mn;
+}
+
+// Checks `got` against the reduction of `in`: int32 bit-exact, float32
+// MAX/MIN exact, float32 SUM within the bound of its packet's exponent.
+template <typename T>
+void expect_reduced(const std::vector<std::vector<T>> &in, const std::vector<T> &got, ReduceOp op,
+                    uint32_t per, const std::string &who) {
+    size_t count = got.size();
+    if constexpr (std::is_same_v<T, int32_t>) {
+        for (size_t i = 0; i < count; ++i)
+            ASSERT_EQ(got[i], int_reduce(op, in, i)) << who << " element " << i;
+    } else {
+        uint32_t n = uint32_t(in.size());
+        for (size_t b = 0; b < count; b += per) {
+            size_t len = std::min<size_t>(per, count - b);
+            int8_t agreed = int8_t(quant::kMinExpField);
+            for (const auto &v : in)
+                agreed = std::max(agreed, quant::block_exponent(std::span(v).subspan(b, len)));
+            for (size_t i = b; i < b + len; ++i) {
+                if (op != ReduceOp::Sum) {
+                    float want = in[0][i];
+                    for (const auto &v : in)
+                        want = op == ReduceOp::Max ? std::max(want, v[i]) : std::min(want, v[i]);
+                    ASSERT_EQ(got[i], want) << who << " element " << i;
+                    continue;
+                }
+                double want = 0;
+                for (const auto &v : in)
+                    want += v[i];
+                double bound = quant::result_bound(agreed, n, op, want);
+                ASSERT_LE(std::fabs(double(got[i]) - want), bound)
+                    << who << " element " << i << " got " << got[i] << " want " << want;
+            }
+        }
+    }
+}
+
+template <typename T> std::vector<T> data(uint32_t r, size_t n, uint64_t salt) {
+    if constexpr (std::is_same_v<T, int32_t>)
+        return int_data(r, n, salt);
+    else
+        return float_data(r, n, salt);
+}
+
+template <typename T>
+void check_allreduce(RoceCluster &cl, ReduceOp op, size_t count, uint64_t salt, bool in_place) {
+    DType dt = std::is_same_v<T, int32_t> ? DType::Int32 : DType::Float32;
+    SCOPED_TRACE(testing::Message() << "allreduce " << to_string(dt) << " " << to_string(op)
+                                    << " count " << count << (in_place ? " in place" : ""));
+    uint32_t n = cl.ranks();
+    std::vector<std::vector<T>> in(n), out(n);
+    for (uint32_t r = 0; r < n; ++r) {
+        in[r] = data<T>(r, count, salt);
+        out[r] = in_place ? in[r] : std::vector<T>(count, T(7));
+    }
+    cl.parallel_ok([&](uint32_t r, Communicator &c) {
+        c.allreduce(in_place ? out[r].data() : in[r].data(), out[r].data(), count, dt, op);
+    });
+    for (uint32_t r = 0; r < n; ++r)
+        expect_reduced(in, out[r], op, cl.per_packet(), "rank " + std::to_string(r));
+}
+
+template <typename T>
+void check_reduce(RoceCluster &cl, ReduceOp op, size_t count, uint32_t root, uint64_t salt) {
+    DType dt = std::is_same_v<T, int32_t> ? DType::Int32 : DType::Float32;
+    SCOPED_TRACE(testing::Message() << "reduce " << to_string(dt) << " " << to_string(op)
+                                    << " count " << count << " root " << root);
+    uint32_t n = cl.ranks();
+    std::vector<std::vector<T>> in(n), out(n);
+    for (uint32_t r = 0; r < n; ++r) {
+        in[r] = data<T>(r, count, salt);
+        out[r].resize(count);
+        std::fill_n(reinterpret_cast<int32_t *>(out[r].data()), count, kMarker);
+    }
+    cl.parallel_ok([&](uint32_t r, Communicator &c) {
+        // A non-root may pass no receive buffer at all.
+        c.reduce(in[r].data(), r == root || r % 2 ? out[r].data() : nullptr, count, dt, op, root);
+    });
+    expect_reduced(in, out[root], op, cl.per_packet(), "root");
+    for (uint32_t r = 0; r < n; ++r) {
+        if (r == root)
+            continue;
+        for (size_t i = 0; i < count; ++i)
+            ASSERT_EQ(std::bit_cast<int32_t>(out[r][i]), kMarker)
+                << "rank " << r << " element " << i << " was written";
+    }
+}
+
+// Bits of any kind, NaN and infinities included: broadcast copies them.
+void check_broadcast(RoceCluster &cl, DType dt, size_t count, uint32_t root, uint64_t salt) {
+    SCOPED_TRACE(testing::Message()
+                 << "broadcast " << to_string(dt) << " count " << count << " root " << root);
+    uint32_t n = cl.ranks();
+    std::vector<std::vector<int32_t>> buf(n);
+    for (uint32_t r = 0; r < n; ++r)
+        buf[r] = int_data(r, count, salt);
+    auto want = buf[root];
+    cl.parallel_ok(
+        [&](uint32_t r, Communicator &c) { c.broadcast(buf[r].data(), count, dt, root); });
+    for (uint32_t r = 0; r < n; ++r)
+        ASSERT_EQ(buf[r], want) << "rank " << r;
+}
+
+void barrier_all(RoceCluster &cl) {
+    cl.parallel_ok([](uint32_t, Communicator &c) { c.barrier(); });
+}
+
+// Every collective and dtype at sizes around the packet boundaries.
+void run_matrix(RoceCluster &cl, bool large) {
+    uint32_t per = cl.per_packet();
+    std::vector<size_t> sizes = {1, 15, 16, per - 1, size_t(per) + 1, 3 * size_t(per)};
+    if (large)
+        sizes.push_back(100000);
+    uint64_t salt = 1;
+    for (size_t count : sizes) {
+        for (ReduceOp op : kOps) {
+            check_allreduce<int32_t>(cl, op, count, salt, salt % 2 == 0);
+            check_allreduce<float>(cl, op, count, salt + 100, salt % 3 == 0);
+            ++salt;
+            if (testing::Test::HasFatalFailure())
+                return;
+        }
+        check_reduce<int32_t>(cl, ReduceOp::Sum, count, uint32_t(salt % cl.ranks()), salt);
+        check_reduce<float>(cl, ReduceOp::Sum, count, uint32_t((salt + 1) % cl.ranks()), salt);
+        check_reduce<int32_t>(cl, ReduceOp::Max, count, 0, salt);
+        check_broadcast(cl, DType::Int32, count, uint32_t(salt % cl.ranks()), salt);
+        check_broadcast(cl, DType::Float32, count, uint32_t((salt + 2) % cl.ranks()), salt);
+        barrier_all(cl);
+        if (testing::Test::HasFatalFailure())
+            return;
+    }
+}
+
+void expect_switch_clean(const SoftSwitchCounters &c) {
+    EXPECT_EQ(c.mismatch, 0u);
+    EXPECT_EQ(c.malformed, 0u);
+    EXPECT_EQ(c.unknown_qp, 0u);
+}
+
+} // namespace
+
+TEST(RoceEngine, AllCollectivesLossless) {
+    RoceCluster cl({});
+    run_matrix(cl, true);
+    auto sc = cl.net().counters();
+    expect_switch_clean(sc);
+    EXPECT_EQ(sc.nak, 0u) << "in-order and lossless: nothing ahead of the expected PSN";
+    EXPECT_EQ(sc.bad_icrc, 0u);
+    CommStats t = cl.total();
+    EXPECT_GT(t.results, 0u);
+    EXPECT_EQ(t.malformed, 0u);
+    EXPECT_EQ(t.bad_icrc, 0u);
+    EXPECT_EQ(t.naks, 0u);
+}
+
+TEST(RoceEngine, IncEmulationsOneKilobytePackets) {
+    RoceOptions o;
+    o.elems = 256;
+    o.sw.ranks = 3;
+    RoceCluster cl(o);
+    EXPECT_EQ(cl.per_packet(), 256u);
+    run_matrix(cl, true);
+    expect_switch_clean(cl.net().counters());
+}
+
+TEST(RoceEngine, GoBackNUnderFivePercentLoss) {
+    RoceOptions o;
+    o.sw.drop_up = o.sw.drop_down = 0.05;
+    o.sw.dup_up = o.sw.dup_down = 0.01;
+    o.sw.late_down = 0.02;
+    o.sw.seed = 7;
+    o.timeout = std::chrono::milliseconds(4);
+    o.max_timeout = std::chrono::milliseconds(40);
+    RoceCluster cl(o);
+    run_matrix(cl, true);
+    auto sc = cl.net().counters();
+    expect_switch_clean(sc);
+    EXPECT_GT(sc.lost, 0u);
+    EXPECT_GT(sc.nak, 0u) << "a lost up frame makes the next one arrive ahead";
+    EXPECT_GT(sc.dup_result + sc.dup_ack, 0u) << "go-back-N resends what the switch has";
+    CommStats t = cl.total();
+    EXPECT_GT(t.naks, 0u);
+    EXPECT_GT(t.retransmissions, 0u);
+    EXPECT_GT(t.timeouts, 0u) << "a lost result is only recovered by the timer";
+    EXPECT_GT(t.duplicates, 0u);
+    RecordProperty("retransmissions", int(t.retransmissions));
+}
+
+TEST(RoceEngine, PsnsWrapAtTwoTo24) {
+    RoceOptions o;
+    o.sw.start_psn = 0xffffff - 40; // every base within 60 of the wrap
+    o.sw.drop_up = o.sw.drop_down = 0.02;
+    o.sw.seed = 3;
+    o.timeout = std::chrono::milliseconds(4);
+    o.max_timeout = std::chrono::milliseconds(40);
+    RoceCluster cl(o);
+    for (uint32_t r = 0; r < cl.ranks(); ++r) {
+        EXPECT_GT(cl.net().conn(r).up_base, 0xffff00u);
+        EXPECT_GT(cl.net().conn(r).down_base, 0xffff00u);
+    }
+    // 196 packets per rank: every stream of both directions crosses 2^24.
+    check_allreduce<int32_t>(cl, ReduceOp::Sum, 100000, 11, false);
+    check_allreduce<float>(cl, ReduceOp::Sum, 100000, 12, true);
+    check_reduce<int32_t>(cl, ReduceOp::Min, 5000, 2, 13);
+    check_broadcast(cl, DType::Int32, 5000, 1, 14);
+    auto sc = cl.net().counters();
+    EXPECT_EQ(sc.wraps, cl.ranks()) << "each connection's expected PSN went through 0";
+    expect_switch_clean(sc);
+}
+
+TEST(RoceEngine, BadIcrcFramesAreCountedDroppedAndRecovered) {
+    RoceOptions o;
+    o.sw.corrupt_up = o.sw.corrupt_down = 0.03;
+    o.sw.seed = 5;
+    o.timeout = std::chrono::milliseconds(4);
+    o.max_timeout = std::chrono::milliseconds(40);
+    RoceCluster cl(o);
+    check_allreduce<int32_t>(cl, ReduceOp::Sum, 50000, 21, false);
+    check_reduce<int32_t>(cl, ReduceOp::Max, 20000, 3, 22);
+    check_broadcast(cl, DType::Float32, 20000, 0, 23);
+    auto sc = cl.net().counters();
+    EXPECT_GT(sc.bad_icrc, 0u) << "the switch drops the host's corrupted frames";
+    EXPECT_GT(cl.total().bad_icrc, 0u) << "the hosts drop the switch's corrupted frames";
+    expect_switch_clean(sc);
+}
+
+TEST(RoceEngine, OneSequenceAcrossCollectives) {
+    RoceCluster cl({});
+    uint32_t per = cl.per_packet();                                 // 512
+    barrier_all(cl);                                                // 1 packet
+    check_allreduce<int32_t>(cl, ReduceOp::Sum, 2 * per, 1, false); // 2
+    check_allreduce<float>(cl, ReduceOp::Sum, 2 * per, 2, false);   // 1 exponent + 2
+    check_reduce<int32_t>(cl, ReduceOp::Sum, per + 1, 1, 3);        // 2
+    check_broadcast(cl, DType::Int32, 3 * per, 2, 4);               // 3
+    check_allreduce<float>(cl, ReduceOp::Max, 1, 5, true);          // 1
+    for (uint32_t r = 0; r < cl.ranks(); ++r)
+        EXPECT_EQ(cl.net().epsn(r), (cl.net().conn(r).up_base + 12) & ROCE_PSN_MASK)
+            << "rank " << r << ": one packet per idx, idx continuing across calls";
+    EXPECT_EQ(cl.total().packets_sent, 12u * cl.ranks());
+}
+
+TEST(RoceEngine, AckReqEvery32PacketsAndBeforeBlocking) {
+    RoceOptions o;
+    o.sw.ranks = 2;
+    o.sw.pool = 128;
+    o.window = 128;
+    o.timeout = std::chrono::milliseconds(2000);
+    o.max_timeout = std::chrono::milliseconds(2000);
+    RoceCluster cl(o);
+    // 100 packets, all in the window: AckReq on packets 32, 64, 96 of the
+    // call and on the 100th, the last before waiting.
+    check_allreduce<int32_t>(cl, ReduceOp::Sum, 100 * 512, 1, false);
+    EXPECT_EQ(cl.net().counters().ackreq, 2u * 4u);
+    EXPECT_GT(cl.total().acks, 0u);
+    EXPECT_EQ(cl.total().retransmissions, 0u);
+}
+
+TEST(RoceEngine, SmallWindowStaysWithinThePool) {
+    RoceOptions o;
+    o.sw.pool = 4;
+    o.window = 4;
+    o.sw.drop_up = o.sw.drop_down = 0.03;
+    o.timeout = std::chrono::milliseconds(4);
+    o.max_timeout = std::chrono::milliseconds(40);
+    RoceCluster cl(o);
+    // 40 packets through 4 slots: each set is reused 5 times.
+    check_allreduce<int32_t>(cl, ReduceOp::Sum, 40 * 512, 1, false);
+    check_allreduce<float>(cl, ReduceOp::Sum, 40 * 512, 2, false);
+    expect_switch_clean(cl.net().counters());
+}
+
+TEST(RoceEngine, StallTimesOutNamingRankJobAndIdx) {
+    RoceOptions o;
+    o.deadline = std::chrono::milliseconds(300);
+    o.timeout = std::chrono::milliseconds(20);
+    o.max_timeout = std::chrono::milliseconds(50);
+    RoceCluster cl(o);
+    barrier_all(cl); // idx 0
+    std::vector<int32_t> v(1000, 1);
+    // Rank 3 never calls: nothing completes.
+    auto err = cl.parallel(
+        [&](uint32_t, Communicator &c) {
+            c.allreduce(v.data(), v.data(), v.size(), DType::Int32, ReduceOp::Sum);
+        },
+        3);
+    for (uint32_t r = 0; r < 3; ++r) {
+        ASSERT_TRUE(err[r]) << "rank " << r;
+        try {
+            std::rethrow_exception(err[r]);
+        } catch (const CommTimeout &e) {
+            EXPECT_EQ(e.rank, r);
+            EXPECT_EQ(e.job, kJob);
+            EXPECT_EQ(e.chunk, 1u) << "idx 1: the first packet after the barrier";
+            std::string w = e.what();
+            EXPECT_NE(w.find("allreduce timed out: rank " + std::to_string(r) + " of 4, job 9"),
+                      std::string::npos)
+                << w;
+            EXPECT_NE(w.find("stuck at idx 1"), std::string::npos) << w;
+        } catch (const std::exception &e) {
+            FAIL() << "rank " << r << ": not a CommTimeout: " << e.what();
+        }
+        EXPECT_THROW(cl.comm(r).barrier(), std::logic_error);
+    }
+}
+
+TEST(RoceEngine, MaxRetriesGivesUp) {
+    RoceOptions o;
+    o.sw.ranks = 2;
+    o.max_retries = 2;
+    o.timeout = std::chrono::milliseconds(5);
+    o.max_timeout = std::chrono::milliseconds(5);
+    RoceCluster cl(o);
+    auto err = cl.parallel([](uint32_t, Communicator &c) { c.barrier(); }, 1);
+    ASSERT_TRUE(err[0]);
+    try {
+        std::rethrow_exception(err[0]);
+    } catch (const CommTimeout &e) {
+        EXPECT_NE(std::string(e.what()).find("max_retries"), std::string::npos) << e.what();
+    }
+}
+
+TEST(RoceEngine, ArgumentChecks) {
+    RoceCluster cl({});
+    std::vector<int32_t> a(100, 1), b(100);
+    EXPECT_THROW(cl.comm(0).reduce(a.data(), b.data(), a.size(), DType::Int32, ReduceOp::Sum, 4),
+                 std::invalid_argument);
+    EXPECT_THROW(cl.comm(0).broadcast(a.data(), a.size(), DType::Int32, 9), std::invalid_argument);
+    EXPECT_THROW(cl.comm(1).reduce(a.data(), nullptr, a.size(), DType::Int32, ReduceOp::Sum, 1),
+                 std::invalid_argument)
+        << "the root needs a receive buffer";
+    std::vector<float> f(10, 1.0f);
+    f[3] = std::nanf("");
+    EXPECT_THROW(cl.comm(0).allreduce(f.data(), f.data(), f.size(), DType::Float32, ReduceOp::Max),
+                 std::invalid_argument);
+    // Nothing was sent: all ranks still run a clean collective.
+    check_allreduce<int32_t>(cl, ReduceOp::Sum, 100, 1, false);
+    EXPECT_EQ(cl.net().counters().mismatch, 0u);
+}
+
+TEST(RoceEngine, ConfigValidation) {
+    SoftRoceNet net({});
+    auto make = [&](auto edit) {
+        CommConfig c;
+        c.transport = TransportKind::Roce;
+        c.world_size = 4;
+        c.local_ip = "10.99.0.1";
+        c.switch_ip = "10.99.0.254";
+        c.roce.local_qpn = 1;
+        c.roce.remote_qpn = 2;
+        c.roce.sport = 49152;
+        c.roce.pool = 64;
+        c.window = 64;
+        edit(c);
+        return Communicator(c, net.transport(0));
+    };
+    EXPECT_NO_THROW(make([](CommConfig &) {}));
+    EXPECT_THROW(make([](CommConfig &c) { c.window = 128; }), std::invalid_argument)
+        << "window above the pool";
+    EXPECT_THROW(make([](CommConfig &c) { c.elems_per_packet = 520; }), std::invalid_argument);
+    EXPECT_THROW(make([](CommConfig &c) { c.elems_per_packet = 100; }), std::invalid_argument);
+    EXPECT_THROW(make([](CommConfig &c) { c.roce.remote_qpn = 0; }), std::invalid_argument);
+    EXPECT_THROW(make([](CommConfig &c) { c.roce.local_qpn = 1u << 24; }), std::invalid_argument);
+    EXPECT_THROW(make([](CommConfig &c) { c.roce.up_base = 1u << 24; }), std::invalid_argument);
+    EXPECT_THROW(make([](CommConfig &c) { c.world_size = 65; }), std::invalid_argument);
+    EXPECT_NO_THROW(make([](CommConfig &c) { c.world_size = 64; })) << "trees take up to 64 ranks";
+    CommConfig d;
+    d.transport = TransportKind::Roce;
+    EXPECT_EQ(d.effective_elems_per_packet(), 512u);
+    d.mtu = 1500;
+    EXPECT_EQ(d.effective_elems_per_packet(), 352u) << "(1500 - 48) / 4 rounded down to 16";
+    EXPECT_EQ(parse_transport("roce"), TransportKind::Roce);
+    EXPECT_STREQ(to_string(TransportKind::Roce), "roce");
+}
