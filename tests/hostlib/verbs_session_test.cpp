@@ -48,10 +48,12 @@ std::string read_text(const std::string &path) {
 topo::Topology tree124(std::optional<uint32_t> start_psn = std::nullopt) {
     std::string yaml = read_text(std::string(INCXDP_SOURCE_DIR) + "/topo/topologies/tree124.yaml");
     if (start_psn) {
-        const std::string key = "    slots: 256";
+        // The shipped file has its own start_psn line: replace its value.
+        const std::string key = "    start_psn: ";
         auto at = yaml.find(key);
         EXPECT_NE(at, std::string::npos);
-        yaml.insert(at + key.size(), "\n    start_psn: " + std::to_string(*start_psn));
+        auto end = yaml.find_first_of(" \n", at + key.size());
+        yaml.replace(at + key.size(), end - (at + key.size()), std::to_string(*start_psn));
     }
     return topo::Topology::parse(yaml);
 }
