@@ -7,6 +7,7 @@
 #include "ref_pcap_frame.h"
 
 #include <incxdp/roce.h>
+#include <incxdp/tree_json.h>
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
@@ -99,22 +100,7 @@ int check_frames(const std::string &path) {
 nlohmann::json plan_json(const topo::TreePlan &plan) {
     nlohmann::json conns = nlohmann::json::array(), sws = nlohmann::json::array();
     for (const auto &c : plan.conns)
-        conns.push_back({{"child", c.child},
-                         {"parent", c.parent},
-                         {"child_iface", c.child_iface},
-                         {"parent_iface", c.parent_iface},
-                         {"child_mac", topo::mac_to_string(c.child_mac)},
-                         {"parent_mac", topo::mac_to_string(c.parent_mac)},
-                         {"child_ip", c.child_ip},
-                         {"parent_ip", c.parent_ip},
-                         {"child_qpn", c.child_qpn},
-                         {"parent_qpn", c.parent_qpn},
-                         {"up_base", c.up_base},
-                         {"down_base", c.down_base},
-                         {"child_sport", c.child_sport},
-                         {"parent_sport", c.parent_sport},
-                         {"child_is_switch", c.child_is_switch},
-                         {"subtree_ranks", c.subtree_ranks}});
+        conns.push_back(c); // incxdp/tree_json.h
     for (const auto &s : plan.switches)
         sws.push_back(
             {{"name", s.name},

@@ -4,6 +4,7 @@
 #include "commands.h"
 
 #include <incxdp/rules_ctl.h>
+#include <incxdp/tree_json.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -101,23 +102,9 @@ json plan_json(const topo::Topology &t, const topo::TreePlan &plan, const RulesA
     json conns = json::array();
     for (size_t i = 0; i < plan.conns.size(); i++) {
         const topo::RoceConn &c = plan.conns[i];
-        conns.push_back({{"index", i},
-                         {"child", c.child},
-                         {"parent", c.parent},
-                         {"child_iface", c.child_iface},
-                         {"parent_iface", c.parent_iface},
-                         {"child_mac", topo::mac_to_string(c.child_mac)},
-                         {"parent_mac", topo::mac_to_string(c.parent_mac)},
-                         {"child_ip", c.child_ip},
-                         {"parent_ip", c.parent_ip},
-                         {"child_qpn", c.child_qpn},
-                         {"parent_qpn", c.parent_qpn},
-                         {"up_base", c.up_base},
-                         {"down_base", c.down_base},
-                         {"child_sport", c.child_sport},
-                         {"parent_sport", c.parent_sport},
-                         {"child_is_switch", c.child_is_switch},
-                         {"subtree_ranks", c.subtree_ranks}});
+        json cj = c; // incxdp/tree_json.h
+        cj["index"] = i;
+        conns.push_back(std::move(cj));
     }
     json switches = json::array();
     for (const auto &ts : plan.switches) {

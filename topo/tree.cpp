@@ -14,6 +14,7 @@
 // bases all lie within 16 x (connections) of start, so a start_psn just
 // below 2^24 makes every stream of the job wrap early in a run.
 #include "incxdp/tree.h"
+#include "incxdp/tree_json.h"
 #include "tree_detail.h"
 
 #include <incxdp/maps.h>
@@ -275,6 +276,25 @@ std::string switch_pin_dir(const std::string &pin_root, const std::string &prefi
     while (root.size() > 1 && root.back() == '/')
         root.pop_back();
     return root + "/" + netns_name(prefix, sw);
+}
+
+void to_json(nlohmann::json &j, const RoceConn &c) {
+    j = {{"child", c.child},
+         {"parent", c.parent},
+         {"child_iface", c.child_iface},
+         {"parent_iface", c.parent_iface},
+         {"child_mac", mac_to_string(c.child_mac)},
+         {"parent_mac", mac_to_string(c.parent_mac)},
+         {"child_ip", c.child_ip},
+         {"parent_ip", c.parent_ip},
+         {"child_qpn", c.child_qpn},
+         {"parent_qpn", c.parent_qpn},
+         {"up_base", c.up_base},
+         {"down_base", c.down_base},
+         {"child_sport", c.child_sport},
+         {"parent_sport", c.parent_sport},
+         {"child_is_switch", c.child_is_switch},
+         {"subtree_ranks", c.subtree_ranks}};
 }
 
 } // namespace incxdp::topo

@@ -283,9 +283,12 @@ static __always_inline void roce_from_parent(struct xdp_md *ctx, const struct ro
 					     struct incxdp_roce_conn *conn, struct roce_req *q,
 					     struct roce_plan *pl)
 {
+	int ret;
+
 	q->kind = RSET_PARENT;
-	if (incxdp_roce_set(ctx, q) != 1) {
-		plan_drop(pl, INCXDP_STAT_ROCE_STALE);
+	ret = incxdp_roce_set(ctx, q);
+	if (ret != 1) {
+		plan_drop(pl, ret < 0 ? INCXDP_STAT_BAD_SLOT : INCXDP_STAT_ROCE_STALE);
 		return;
 	}
 	if (roce_psn_diff(r->psn, conn->epsn) >= 0)
@@ -306,7 +309,9 @@ static __always_inline void roce_peer_nak(struct xdp_md *ctx, struct incxdp_roce
 					  struct roce_req *q, struct roce_plan *pl)
 {
 	q->kind = RSET_VIEW;
-	if (incxdp_roce_set(ctx, q) == 0 && q->v.on_idx && q->v.complete && q->v.result)
+	if (incxdp_roce_set(ctx, q) < 0)
+		plan_drop(pl, INCXDP_STAT_BAD_SLOT);
+	else if (q->v.on_idx && q->v.complete && q->v.result)
 		plan_result(pl, INCXDP_STAT_ROCE_PEER_NAK, conn, &q->v, q->idx, q->set, q->slot);
 	else
 		plan_drop(pl, INCXDP_STAT_ROCE_PEER_NAK);
@@ -369,7 +374,6 @@ static __always_inline int roce_ingress(struct xdp_md *ctx, struct cursor *c,
 	struct roce_req q;
 	struct incxdp_roce_conn *conn;
 	struct incxdp_job *job;
-	struct incxdp_slot *slot;
 	__u32 key, idx, imm, op;
 
 	if (roce_parse(c, ip, udp, &r) < 0)
@@ -396,10 +400,9 @@ static __always_inline int roce_ingress(struct xdp_md *ctx, struct cursor *c,
 	__builtin_memset(&q, 0, sizeof(q));
 	q.idx = idx;
 	q.set = (idx & job->pool_size) ? 1 : 0;
+	/* incxdp_roce_set() looks the slot up (it must, to lock it) and
+	 * answers -1 (bad_slot) when the pool runs past the slot map. */
 	q.slot = job->pool_base + (idx & (job->pool_size - 1));
-	slot = bpf_map_lookup_elem(&incxdp_slots, &q.slot);
-	if (!slot)
-		return roce_drop(INCXDP_STAT_BAD_SLOT);
 	if (r.opcode == ROCE_OP_ACK) {
 		roce_peer_nak(ctx, conn, &q, &pl);
 		return roce_finish(ctx, &pl, conn, job);

@@ -37,34 +37,25 @@ void resolve_roce_link(CommConfig &cfg) {
 
 std::unique_ptr<Transport> transport_for(const CommConfig &cfg) {
     cfg.validate();
-    if (cfg.transport == TransportKind::Roce) {
-        // Whole frames over AF_XDP: the switch's frames come to local_ip:4791.
+    if (cfg.transport == TransportKind::Roce || cfg.transport == TransportKind::AfXdp) {
         AfXdpTransportConfig t;
         t.local_ip = cfg.local_ip;
-        t.local_port = INCXDP_ROCE_UDP_PORT;
         t.remote_ip = cfg.switch_ip;
-        t.remote_port = INCXDP_ROCE_UDP_PORT;
         t.ifname = cfg.xdp_iface;
         t.queue = cfg.xdp_queue;
         t.tx_live_frames = cfg.xdp_tx_live_frames;
         t.batch = cfg.batch;
-        t.raw_frames = true;
-        t.max_payload =
-            detail::RoceSendTemplate::frame_len(4 * size_t(cfg.effective_elems_per_packet())) -
-            detail::kFrameHdrLen;
-        return make_afxdp_transport(t);
-    }
-    if (cfg.transport == TransportKind::AfXdp) {
-        AfXdpTransportConfig t;
-        t.local_ip = cfg.local_ip;
-        t.local_port = cfg.local_port;
-        t.remote_ip = cfg.switch_ip;
-        t.remote_port = cfg.effective_switch_port();
-        t.ifname = cfg.xdp_iface;
-        t.queue = cfg.xdp_queue;
-        t.tx_live_frames = cfg.xdp_tx_live_frames;
-        t.batch = cfg.batch;
-        t.max_payload = detail::header_len(cfg.wire) + 4 * size_t(cfg.effective_elems_per_packet());
+        size_t payload = 4 * size_t(cfg.effective_elems_per_packet());
+        if (cfg.transport == TransportKind::Roce) {
+            // Whole frames: the switch's frames come to local_ip:4791.
+            t.local_port = t.remote_port = INCXDP_ROCE_UDP_PORT;
+            t.raw_frames = true;
+            t.max_payload = detail::RoceSendTemplate::frame_len(payload) - detail::kFrameHdrLen;
+        } else {
+            t.local_port = cfg.local_port;
+            t.remote_port = cfg.effective_switch_port();
+            t.max_payload = detail::header_len(cfg.wire) + payload;
+        }
         return make_afxdp_transport(t);
     }
     UdpTransportConfig t;

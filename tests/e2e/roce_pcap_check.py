@@ -11,7 +11,7 @@ For every UDP/4791 frame of the given pcap files:
     SEND frames are classified as in order (+1 mod 2^24), gap (ahead by
     more than one), reordered (behind the highest so far, first time seen)
     or repeat (seen before: a retransmission); "missing" counts the PSNs
-    between a stream's first and highest that never appeared.
+    between a stream's lowest and highest that never appeared.
   * ACK frames carry an ACK (0x1F..) or NAK-sequence (0x60..) syndrome.
 Prints a JSON summary; exits 1 on any ICRC error, tshark disagreement or
 bad syndrome, and with --strict-order on any gap, reorder or repeat,
@@ -118,7 +118,7 @@ def main():
     ap.add_argument("--strict-order", action="store_true",
                     help="fail on any PSN gap or repeat (a run without loss)")
     ap.add_argument("--complete", action="store_true",
-                    help="fail if a PSN between a stream's first and highest never appeared")
+                    help="fail if a PSN between a stream's lowest and highest never appeared")
     ap.add_argument("--min-frames", type=int, default=1)
     args = ap.parse_args()
     summary = {"frames": 0, "icrc_ok": 0, "icrc_bad": 0, "tshark_bth": 0, "tshark_mismatch": 0,
@@ -128,8 +128,10 @@ def main():
         check_file(path, summary, streams)
     summary["streams"] = len(streams)
     for s in streams.values():
-        span = psn_diff(s["high"], s["first"]) + 1
-        s["missing"] = span - len(s.pop("seen"))
+        # The lowest PSN need not be the first captured: a capture that
+        # starts mid-stream may see a reordered pair's later frame first.
+        rel = [psn_diff(p, s["first"]) for p in s.pop("seen")]
+        s["missing"] = max(rel) - min(rel) + 1 - len(rel)
     for k in ("in_order", "reordered", "repeat", "gap", "missing", "wraps"):
         summary[k] = sum(s[k] for s in streams.values())
     summary["stream_detail"] = {f"{k[0]}->{k[1]} qp {k[2]:#x}": v for k, v in sorted(streams.items())}

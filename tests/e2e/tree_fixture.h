@@ -101,6 +101,9 @@ class TreeTopology : public ::testing::Test {
         auto r = cli({"topo", "down", file_, "--prefix", prefix_, "--pin-root", pin_root_});
         if (r.status != 0)
             ADD_FAILURE() << "incxdp topo down failed: " << r.err;
+        // Engines unloaded, their pin directories and the private root gone.
+        if (access(pin_root_.c_str(), F_OK) == 0)
+            ADD_FAILURE() << "topo down left " << pin_root_ << " behind";
         up_ = false;
     }
 

@@ -3,6 +3,7 @@
 // userspace reference switch, lossless and with deterministic loss,
 // duplication and late replays. No timing assertions.
 #include "ref_switch.h"
+#include "parallel_ranks.h"
 
 #include <incxdp/communicator.h>
 #include <incxdp/quantize.h>
@@ -95,39 +96,12 @@ class Cluster {
         comms_.clear();
     }
 
-    // Runs f on every rank (or the first `ranks`) in parallel; returns each
-    // rank's exception (nullptr if none).
-    std::vector<std::exception_ptr> parallel(std::function<void(uint32_t, Communicator &)> f,
-                                             uint32_t ranks = 0) {
-        if (!ranks)
-            ranks = o_.ranks;
-        std::vector<std::exception_ptr> err(ranks);
-        std::vector<std::thread> t;
-        for (uint32_t r = 0; r < ranks; ++r)
-            t.emplace_back([&, r] {
-                try {
-                    f(r, *comms_[r]);
-                } catch (...) {
-                    err[r] = std::current_exception();
-                }
-            });
-        for (auto &th : t)
-            th.join();
-        return err;
+    // f on every rank (or the first `ranks`) in parallel (parallel_ranks.h).
+    std::vector<std::exception_ptr> parallel(const RankFn &f, uint32_t ranks = 0) {
+        return run_ranks(comms_, ranks ? ranks : o_.ranks, f);
     }
 
-    void parallel_ok(std::function<void(uint32_t, Communicator &)> f) {
-        auto err = parallel(std::move(f));
-        for (uint32_t r = 0; r < err.size(); ++r) {
-            if (!err[r])
-                continue;
-            try {
-                std::rethrow_exception(err[r]);
-            } catch (const std::exception &e) {
-                FAIL() << "rank " << r << ": " << e.what();
-            }
-        }
-    }
+    void parallel_ok(const RankFn &f) { expect_no_errors(parallel(f)); }
 
     RefSwitch &sw() { return *sw_; }
     Communicator &comm(uint32_t r) { return *comms_[r]; }

@@ -6,6 +6,7 @@
 // bit-exact (float32 SUM within the bound), go-back-N under loss, PSNs
 // wrapping at 2^24, ICRC errors, stalls. No timing assertions.
 #include "roce_soft_switch.h"
+#include "parallel_ranks.h"
 
 #include <incxdp/communicator.h>
 #include <incxdp/quantize.h>
@@ -84,37 +85,11 @@ class RoceCluster {
         return c;
     }
 
-    std::vector<std::exception_ptr> parallel(std::function<void(uint32_t, Communicator &)> f,
-                                             uint32_t ranks = 0) {
-        if (!ranks)
-            ranks = o_.sw.ranks;
-        std::vector<std::exception_ptr> err(ranks);
-        std::vector<std::thread> t;
-        for (uint32_t r = 0; r < ranks; ++r)
-            t.emplace_back([&, r] {
-                try {
-                    f(r, *comms_[r]);
-                } catch (...) {
-                    err[r] = std::current_exception();
-                }
-            });
-        for (auto &th : t)
-            th.join();
-        return err;
+    std::vector<std::exception_ptr> parallel(const RankFn &f, uint32_t ranks = 0) {
+        return run_ranks(comms_, ranks ? ranks : o_.sw.ranks, f);
     }
 
-    void parallel_ok(std::function<void(uint32_t, Communicator &)> f) {
-        auto err = parallel(std::move(f));
-        for (uint32_t r = 0; r < err.size(); ++r) {
-            if (!err[r])
-                continue;
-            try {
-                std::rethrow_exception(err[r]);
-            } catch (const std::exception &e) {
-                FAIL() << "rank " << r << ": " << e.what();
-            }
-        }
-    }
+    void parallel_ok(const RankFn &f) { expect_no_errors(parallel(f)); }
 
     uint32_t ranks() const { return o_.sw.ranks; }
     uint32_t per_packet() const { return comms_[0]->config().effective_elems_per_packet(); }

@@ -2,6 +2,8 @@
 // RoCEv2 tree rules without a kernel: topo::plan_tree() on the shipped
 // trees and on edited ones (shape, QPNs, PSN bases, source ports, pools,
 // every refusal), and the per-switch map values rules::compile() makes of it.
+#include "../common/yaml_edit.h"
+
 #include <incxdp/rules_ctl.h>
 #include <incxdp/tree.h>
 
@@ -19,6 +21,8 @@ using topo::plan_tree;
 using topo::Topology;
 using topo::TopologyError;
 using topo::TreePlan;
+using test::parse_error;
+using test::with;
 
 std::string shipped(const char *name) {
     return std::string(INCXDP_SOURCE_DIR) + "/topo/topologies/" + name + ".yaml";
@@ -46,23 +50,6 @@ links:
 jobs:
   - {id: 1, kind: roce-tree, switch: s0, workers: [h0, h1, h2, h3], slots: 64}
 )";
-
-std::string with(std::string s, const std::string &from, const std::string &to) {
-    const auto pos = s.find(from);
-    EXPECT_NE(pos, std::string::npos) << "test bug: '" << from << "' not in base";
-    if (pos != std::string::npos)
-        s.replace(pos, from.size(), to);
-    return s;
-}
-
-std::string parse_error(const std::string &yaml) {
-    try {
-        Topology::parse(yaml);
-    } catch (const TopologyError &e) {
-        return e.what();
-    }
-    return "";
-}
 
 std::string plan_error(const Topology &t, uint32_t job) {
     try {

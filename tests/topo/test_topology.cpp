@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // Parsing, derivations and every validation error of topology.h.
+#include "../common/yaml_edit.h"
+
 #include <incxdp/topology.h>
 
 #include <gtest/gtest.h>
@@ -9,6 +11,7 @@
 #include <unistd.h>
 
 using namespace incxdp::topo;
+using incxdp::test::with;
 
 namespace {
 
@@ -29,27 +32,10 @@ jobs:
   - {id: 3, switch: sw, workers: [h1, h0]}
 )";
 
-std::string with(std::string s, const std::string &from, const std::string &to) {
-    const auto pos = s.find(from);
-    EXPECT_NE(pos, std::string::npos) << "test bug: '" << from << "' not in base";
-    if (pos != std::string::npos)
-        s.replace(pos, from.size(), to);
-    return s;
-}
-
-// The error message of parsing `yaml`, or "" if it parsed.
-std::string error_of(const std::string &yaml) {
-    try {
-        Topology::parse(yaml);
-    } catch (const TopologyError &e) {
-        return e.what();
-    }
-    return "";
-}
 
 #define EXPECT_ERROR(yaml, substr)                                                                 \
     do {                                                                                           \
-        const std::string msg_ = error_of(yaml);                                                   \
+        const std::string msg_ = incxdp::test::parse_error(yaml);                                  \
         EXPECT_NE(msg_.find(substr), std::string::npos)                                            \
             << "expected error containing: " << (substr) << "\n got: '" << msg_ << "'";            \
     } while (0)
