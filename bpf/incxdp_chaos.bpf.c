@@ -6,8 +6,9 @@
  * chaos_config on every frame, so `incxdp chaos` changes them with one map
  * update while traffic flows.
  *
- * tc (clsact), not XDP: XDP is taken by the engine on switch ports and by
- * incxdp_pass on hosts, and only an skb can be cloned. The two entry points
+ * tc (clsact), for frames that pass the stack (UDP sockets): only an skb can
+ * be cloned in place. Frames forwarded by XDP are faulted by the XDP hook
+ * every incxdp XDP program carries (bpf/lib/chaos_xdp.h). The two entry points
  * differ in where a duplicate is re-sent; each attachment loads one of them
  * with its own maps (see incxdp/chaos.h).
  *
@@ -25,6 +26,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "incxdp/chaos.h"
+#include "chaos_rand.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -48,18 +50,6 @@ static __always_inline void count(__u32 stat)
 
 	if (c)
 		*c += 1; /* per-CPU: no atomics needed */
-}
-
-/*
- * True with probability ppm / 10^6. Multiply-shift maps the 32-bit random
- * number onto [0, 10^6) without a division; its bias (< 2^-12 relative) is
- * far below anything a test can see. ppm 0 never fires, 10^6 always.
- */
-static __always_inline int chance(__u32 ppm)
-{
-	if (!ppm)
-		return 0;
-	return (((__u64)bpf_get_prandom_u32() * INCXDP_CHAOS_PPM) >> 32) < ppm;
 }
 
 /*
@@ -108,7 +98,7 @@ static __always_inline int corrupt_one_bit(struct __sk_buff *skb)
 
 	if (!len)
 		return 0;
-	off += (__u32)(((__u64)bpf_get_prandom_u32() * len) >> 32);
+	off += random_below(len);
 	if (bpf_skb_load_bytes(skb, off, &byte, 1) < 0)
 		return 0;
 	byte ^= (__u8)(1u << (bpf_get_prandom_u32() & 7));

@@ -3,16 +3,22 @@
  * Host ends of a topology: a veth only delivers frames another interface
  * XDP_REDIRECTs into it when its own end runs an XDP program, so every host
  * interface gets this one. It passes everything to the stack, after
- * offering it to `incxdp capture` (bpf/lib/capture.h).
+ * `incxdp chaos --xdp` (bpf/lib/chaos_xdp.h) and offering it to
+ * `incxdp capture` (bpf/lib/capture.h).
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
 #include "capture.h"
+#include "chaos_xdp.h"
 
 SEC("xdp")
 int incxdp_pass(struct xdp_md *ctx)
 {
+	int v = chaos_xdp(ctx);
+
+	if (v != CHAOS_XDP_CONTINUE)
+		return v;
 	capture_frame(ctx);
 	return XDP_PASS;
 }

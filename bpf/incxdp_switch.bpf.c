@@ -20,6 +20,7 @@
 #include "agg.h"
 #include "roce.h"
 #include "capture.h"
+#include "chaos_xdp.h"
 
 /* Set by the loader before load (`incxdp load --native-port`). */
 const volatile __u16 native_port = INCXDP_UDP_PORT;
@@ -260,7 +261,14 @@ int incxdp_ingress(struct xdp_md *ctx)
 	struct cursor c;
 	struct frame f = {};
 	enum l4_kind kind;
+	int v;
 
+	/* `incxdp chaos --xdp` first: a frame it loses never arrived. */
+	v = chaos_xdp(ctx);
+	if (v != CHAOS_XDP_CONTINUE) {
+		stat_inc(INCXDP_STAT_CHAOS);
+		return v;
+	}
 	capture_frame(ctx); /* `incxdp capture`: what arrives on this port */
 	cursor_init(&c, ctx);
 	f.end = c.end;
@@ -284,6 +292,10 @@ int incxdp_egress_rewrite(struct xdp_md *ctx)
 	struct incxdp_egress *rw;
 	enum l4_kind kind;
 
+	/* A chaos detour sharing this port's transmit queue (see
+	 * chaos_xdp.h): leaves as it is, and is no multicast copy. */
+	if (chaos_detour(ctx))
+		return XDP_PASS;
 	cursor_init(&c, ctx);
 	kind = classify(&c, &f);
 	if (kind == L4_OTHER) {

@@ -28,6 +28,7 @@
 
 #include "parse.h"
 #include "capture.h"
+#include "chaos_xdp.h"
 
 #define INCXDP_XSK_MAX_QUEUES 64
 #define LOOPBACK_IFINDEX 1
@@ -145,8 +146,13 @@ static __always_inline int xsk_send(struct xdp_md *ctx)
 SEC("xdp")
 int incxdp_xsk(struct xdp_md *ctx)
 {
+	int v;
+
 	if (ctx->ingress_ifindex == LOOPBACK_IFINDEX)
 		return xsk_send(ctx);
+	v = chaos_xdp(ctx); /* `incxdp chaos --xdp` on what the link delivers */
+	if (v != CHAOS_XDP_CONTINUE)
+		return v;
 	capture_frame(ctx); /* what arrives from the link: `incxdp capture` */
 	return xsk_steer(ctx);
 }

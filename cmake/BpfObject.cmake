@@ -26,11 +26,14 @@ set(BPF_CFLAGS -g -O2 -target bpf -D__TARGET_ARCH_${BPF_TARGET_ARCH}
 function(bpf_object name source)
   set(obj ${CMAKE_CURRENT_BINARY_DIR}/${name}.bpf.o)
   set(skel ${CMAKE_CURRENT_BINARY_DIR}/skel/${name}.skel.h)
-  file(GLOB bpf_headers ${CMAKE_SOURCE_DIR}/bpf/include/incxdp/*.h ${CMAKE_SOURCE_DIR}/bpf/lib/*.h)
+  # clang's depfile names every header the object includes, so a header
+  # added after configuring still triggers a rebuild (a configure-time glob
+  # would not see it).
   add_custom_command(
     OUTPUT ${obj}
-    COMMAND ${BPF_CLANG} ${BPF_CFLAGS} -c ${CMAKE_CURRENT_SOURCE_DIR}/${source} -o ${obj}
-    DEPENDS ${source} ${bpf_headers}
+    COMMAND ${BPF_CLANG} ${BPF_CFLAGS} -MD -MF ${obj}.d -c ${CMAKE_CURRENT_SOURCE_DIR}/${source} -o ${obj}
+    DEPENDS ${source}
+    DEPFILE ${obj}.d
     COMMENT "BPF ${name}.bpf.o")
   add_custom_command(
     OUTPUT ${skel}

@@ -2,6 +2,7 @@
 #include <incxdp/capture.h>
 #include <incxdp/capture_ctl.h>
 #include <incxdp/ctl.h>
+#include <incxdp/xdp_prog_maps.h>
 
 #include "pinned_maps.h"
 #include "port_util.h"
@@ -23,49 +24,10 @@
 namespace incxdp::ctl {
 namespace {
 
-// The incxdp_capture map of one program, by walking the program's maps.
-int capture_map_of_prog(int prog_fd)
-{
-    bpf_prog_info info{};
-    uint32_t len = sizeof(info);
-    if (bpf_obj_get_info_by_fd(prog_fd, &info, &len))
-        return -1;
-    std::vector<uint32_t> ids(info.nr_map_ids);
-    bpf_prog_info info2{};
-    info2.nr_map_ids = info.nr_map_ids;
-    info2.map_ids = reinterpret_cast<uint64_t>(ids.data());
-    len = sizeof(info2);
-    if (bpf_obj_get_info_by_fd(prog_fd, &info2, &len))
-        return -1;
-    for (uint32_t id : ids) {
-        int fd = bpf_map_get_fd_by_id(id);
-        if (fd < 0)
-            continue;
-        bpf_map_info mi{};
-        uint32_t mlen = sizeof(mi);
-        if (bpf_obj_get_info_by_fd(fd, &mi, &mlen) == 0 && mi.type == BPF_MAP_TYPE_PERF_EVENT_ARRAY &&
-            std::strcmp(mi.name, INCXDP_CAPTURE_MAP) == 0)
-            return fd;
-        close(fd);
-    }
-    return -1;
-}
-
 // The capture map reached from an interface's XDP program(s); -1 if none.
 int capture_map_of_iface(uint32_t ifindex)
 {
-    xdp_multiprog *mp = xdp_multiprog__get_from_ifindex(int(ifindex));
-    if (libxdp_get_error(mp) || !mp)
-        return -1;
-    std::unique_ptr<xdp_multiprog, decltype(&xdp_multiprog__close)> guard(mp, xdp_multiprog__close);
-    if (xdp_multiprog__is_legacy(mp)) {
-        xdp_program *p = xdp_multiprog__main_prog(mp);
-        return p ? capture_map_of_prog(xdp_program__fd(p)) : -1;
-    }
-    for (xdp_program *p = xdp_multiprog__next_prog(nullptr, mp); p; p = xdp_multiprog__next_prog(p, mp))
-        if (int fd = capture_map_of_prog(xdp_program__fd(p)); fd >= 0)
-            return fd;
-    return -1;
+    return xdpmaps::map_fd_on_iface(int(ifindex), INCXDP_CAPTURE_MAP, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
 }
 
 struct PcapWriter {

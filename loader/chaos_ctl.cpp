@@ -4,6 +4,7 @@
 // topology-wide form is chaos_links.cpp.
 #include <incxdp/chaos_ctl.h>
 
+#include "chaos_xdp.h"
 #include "pinned_maps.h"
 #include "port_util.h"
 
@@ -259,6 +260,18 @@ void attach(uint32_t ifindex, const std::string &iface, Hook h, const std::strin
     guard.armed = false;
 }
 
+// The xdp hook's state, or "not attached" where no incxdp program runs.
+HookStatus xdp_status_or_none(const std::string &iface) {
+    try {
+        return xdp::status(iface);
+    } catch (const CtlError &) {
+        HookStatus s;
+        s.iface = iface;
+        s.hook = Hook::Xdp;
+        return s;
+    }
+}
+
 HookStatus read_status(const std::string &root, uint64_t inode, const std::string &iface, Hook h) {
     HookStatus s;
     s.netns_inode = inode;
@@ -288,7 +301,15 @@ HookStatus read_status(const std::string &root, uint64_t inode, const std::strin
 } // namespace
 
 const char *hook_name(Hook h) {
-    return h == Hook::Egress ? "egress" : "ingress";
+    switch (h) {
+    case Hook::Egress:
+        return "egress";
+    case Hook::Ingress:
+        return "ingress";
+    case Hook::Xdp:
+        return "xdp";
+    }
+    return "?";
 }
 
 std::string default_pin_root() {
@@ -340,16 +361,20 @@ json to_json(const HookStatus &s) {
             {"loss", format_rate(s.rates.loss_ppm)},
             {"dup", format_rate(s.rates.dup_ppm)},
             {"corrupt", format_rate(s.rates.corrupt_ppm)},
+            {"reorder", format_rate(s.rates.reorder_ppm)},
             {"loss_ppm", s.rates.loss_ppm},
             {"dup_ppm", s.rates.dup_ppm},
             {"corrupt_ppm", s.rates.corrupt_ppm},
+            {"reorder_ppm", s.rates.reorder_ppm},
             {"counters",
              {{"seen", c.seen},
               {"dropped", c.dropped},
               {"passed", c.passed},
               {"duplicated", c.duplicated},
               {"corrupted", c.corrupted},
-              {"dup_failed", c.dup_failed}}}};
+              {"dup_failed", c.dup_failed},
+              {"reordered", c.reordered},
+              {"reflected", c.reflected}}}};
 }
 
 HookStatus hook_status_from_json(const json &j) {
@@ -357,16 +382,18 @@ HookStatus hook_status_from_json(const json &j) {
     s.netns = j.at("netns").get<std::string>();
     s.netns_inode = j.at("netns_inode").get<uint64_t>();
     s.iface = j.at("iface").get<std::string>();
-    s.hook = j.at("hook").get<std::string>() == "ingress" ? Hook::Ingress : Hook::Egress;
+    const std::string hook = j.at("hook").get<std::string>();
+    s.hook = hook == "ingress" ? Hook::Ingress : hook == "xdp" ? Hook::Xdp : Hook::Egress;
     s.attached = j.at("attached").get<bool>();
     s.prog_id = j.at("prog_id").get<uint32_t>();
     s.enabled = j.at("enabled").get<bool>();
     s.rates = {j.at("loss_ppm").get<uint32_t>(), j.at("dup_ppm").get<uint32_t>(),
-               j.at("corrupt_ppm").get<uint32_t>()};
+               j.at("corrupt_ppm").get<uint32_t>(), j.at("reorder_ppm").get<uint32_t>()};
     const json &c = j.at("counters");
     s.counters = {c.at("seen").get<uint64_t>(),      c.at("dropped").get<uint64_t>(),
                   c.at("passed").get<uint64_t>(),    c.at("duplicated").get<uint64_t>(),
-                  c.at("corrupted").get<uint64_t>(), c.at("dup_failed").get<uint64_t>()};
+                  c.at("corrupted").get<uint64_t>(), c.at("dup_failed").get<uint64_t>(),
+                  c.at("reordered").get<uint64_t>(), c.at("reflected").get<uint64_t>()};
     return s;
 }
 
@@ -374,9 +401,15 @@ HookStatus set(const std::string &iface, Hook h, const RateUpdate &update,
                const std::string &root) {
     const uint32_t ifindex = ifindex_of(iface);
     const std::string what = where(iface, h);
-    for (auto r : {update.loss_ppm, update.dup_ppm, update.corrupt_ppm})
+    for (auto r : {update.loss_ppm, update.dup_ppm, update.corrupt_ppm, update.reorder_ppm})
         if (r && *r > INCXDP_CHAOS_PPM)
             throw CtlError(fmt::format("{}: rate {} ppm above 100%", what, *r));
+    if (h == Hook::Xdp)
+        return xdp::set(iface, update);
+    if (update.reorder_ppm && *update.reorder_ppm)
+        throw CtlError(fmt::format("{}: a tc hook cannot hold a frame back to reorder it; "
+                                   "reordering needs the xdp hook (--xdp)",
+                                   what));
     ensure_bpffs(root);
     make_dir(root);
     const uint64_t inode = netns_inode();
@@ -385,7 +418,7 @@ HookStatus set(const std::string &iface, Hook h, const RateUpdate &update,
     HookStatus cur = read_status(root, inode, iface, h);
     incxdp_chaos_config cfg{};
     if (cur.attached && pinned(hdir)) {
-        cfg = {1, cur.rates.loss_ppm, cur.rates.dup_ppm, cur.rates.corrupt_ppm};
+        cfg = {1, cur.rates.loss_ppm, cur.rates.dup_ppm, cur.rates.corrupt_ppm, 0};
     }
     cfg.enabled = 1;
     if (update.loss_ppm)
@@ -409,6 +442,8 @@ HookStatus set(const std::string &iface, Hook h, const RateUpdate &update,
 }
 
 void off(const std::string &iface, Hook h, const std::string &root) {
+    if (h == Hook::Xdp)
+        return xdp::off(iface);
     const uint64_t inode = netns_inode();
     const std::string hdir = hook_dir(root, inode, iface, h);
     const std::string what = where(iface, h);
@@ -437,6 +472,8 @@ void off(const std::string &iface, Hook h, const std::string &root) {
 }
 
 void reset_counters(const std::string &iface, Hook h, const std::string &root) {
+    if (h == Hook::Xdp)
+        return xdp::reset_counters(iface);
     const std::string hdir = hook_dir(root, netns_inode(), iface, h);
     if (!pinned(hdir))
         throw CtlError(fmt::format("chaos is not attached to {}", where(iface, h)));
@@ -449,6 +486,8 @@ void reset_counters(const std::string &iface, Hook h, const std::string &root) {
 }
 
 HookStatus hook_status(const std::string &iface, Hook h, const std::string &root) {
+    if (h == Hook::Xdp)
+        return xdp_status_or_none(iface);
     return read_status(root, netns_inode(), iface, h);
 }
 
@@ -465,9 +504,13 @@ std::vector<HookStatus> status(const std::string &iface, const std::string &root
             if (s.attached || pinned(hook_dir(root, inode, iface, h)))
                 v.push_back(s);
         }
+        if (HookStatus s = xdp_status_or_none(iface); s.attached)
+            v.push_back(s);
         return v;
     }
     // Every "<inode>-<ifname>" directory of this namespace.
+    for (const auto &n : xdp::configured())
+        v.push_back(xdp::status(n));
     std::unique_ptr<DIR, int (*)(DIR *)> dir(::opendir(root.c_str()), ::closedir);
     if (!dir)
         return v;

@@ -109,9 +109,27 @@ std::vector<HookStatus> statuses_from(const std::string &netns, const std::strin
     return v;
 }
 
+// Each direction at its receiving end: both ends of every link.
+LinkPlan all_links_xdp(const topo::Topology &t, const std::string &prefix) {
+    LinkPlan plan;
+    for (const auto &l : t.links)
+        for (const auto &[self, peer] : {std::pair{l.a, l.b}, std::pair{l.b, l.a}}) {
+            const topo::Node &n = t.node(self);
+            auto it = std::find_if(n.ifaces.begin(), n.ifaces.end(),
+                                   [&](const topo::Iface &i) { return i.peer_node == peer; });
+            if (it == n.ifaces.end())
+                throw CtlError(fmt::format("topology {}: node {} has no interface towards {}",
+                                           t.name, n.name, peer));
+            plan.hooks.push_back({n.name, topo::netns_name(prefix, n.name), it->name, Hook::Xdp, peer});
+        }
+    return plan;
+}
+
 } // namespace
 
-LinkPlan all_links(const topo::Topology &t, const std::string &prefix) {
+LinkPlan all_links(const topo::Topology &t, const std::string &prefix, bool xdp) {
+    if (xdp)
+        return all_links_xdp(t, prefix);
     LinkPlan plan;
     for (const auto &l : t.links) {
         const topo::Node &a = t.node(l.a), &b = t.node(l.b);

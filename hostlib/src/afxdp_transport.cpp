@@ -7,6 +7,8 @@
 
 #include "frame.h"
 #include "incxdp_xsk.skel.h"
+#include <incxdp/chaos.h>
+#include <incxdp/xdp_prog_maps.h>
 
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
@@ -377,6 +379,7 @@ class AfXdpTransport final : public Transport {
         skel_->rodata->xsk_local_ip = tmpl_->addrs().src_ip;
         skel_->rodata->xsk_local_port = htons(cfg_.local_port);
         skel_->rodata->xsk_tx_ifindex = uint32_t(ifindex_);
+        adopt_chaos_maps();
         if (int err = incxdp_xsk__load(skel_))
             fail(-err, fmt::format("{}: load incxdp_xsk (needs CAP_BPF)", describe_));
 
@@ -426,6 +429,30 @@ class AfXdpTransport final : public Transport {
         if (cfg_.tx_live_frames)
             setup_live(mtu_);
         attach();
+    }
+
+    // `incxdp chaos --xdp` keeps its rates and counters in the maps of the
+    // program on the interface (bpf/lib/chaos_xdp.h). Ours replaces that
+    // program while the transport is open, so it takes over the same maps:
+    // faults set before the worker started stay in force, and the counters
+    // go on when the previous program comes back.
+    void adopt_chaos_maps() {
+        const struct {
+            bpf_map *map;
+            const char *name;
+        } maps[] = {{skel_->maps.chaos_xdp_cfg, INCXDP_CHAOS_XDP_CONFIG},
+                    {skel_->maps.chaos_xdp_stats, INCXDP_CHAOS_XDP_STATS},
+                    {skel_->maps.chaos_xdp_dup, INCXDP_CHAOS_XDP_DUP}};
+        for (const auto &m : maps) {
+            int fd = xdpmaps::map_fd_on_iface(ifindex_, m.name, int(bpf_map__type(m.map)));
+            if (fd < 0)
+                continue;
+            int err = bpf_map__reuse_fd(m.map, fd); // takes its own duplicate
+            ::close(fd);
+            if (err)
+                fail(-err, fmt::format("{}: adopt map {} of the interface's XDP program", describe_,
+                                       m.name));
+        }
     }
 
     // Swap incxdp_xsk in for the interface's program in one step

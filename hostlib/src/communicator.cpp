@@ -90,6 +90,7 @@ CommStats &CommStats::operator+=(const CommStats &o) {
     bytes_received += o.bytes_received;
     results += o.results;
     retransmissions += o.retransmissions;
+    fast_retransmits += o.fast_retransmits;
     timeouts += o.timeouts;
     duplicates += o.duplicates;
     stale += o.stale;

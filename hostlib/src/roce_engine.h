@@ -75,6 +75,8 @@ class RoceEngine {
     void on_result(const RoceFrameView &v, Clock::time_point now);
     void on_ack(const RoceFrameView &v, Clock::time_point now);
     void go_back(uint64_t from, Clock::time_point now);
+    void note_later_result(uint64_t idx);
+    void send_fast_retransmits();
     void on_timer(Clock::time_point now);
     [[noreturn]] void fail_timeout(Clock::time_point now, bool retries) const;
 
@@ -102,6 +104,9 @@ class RoceEngine {
     uint64_t first_ = 0, end_ = 0; ///< the call's indices [first_, end_)
     uint64_t done_ = 0;            ///< results taken
     uint32_t retries_ = 0;         ///< timeouts since the oldest index last moved
+    uint64_t newest_ = 0;          ///< highest index with a result (fast retransmit)
+    uint64_t scan_ = 0;            ///< next index fast retransmit looks at
+    std::vector<uint64_t> fast_;   ///< indices to resend now, one frame each
     bool send_blocked_ = false;    ///< the transport took fewer frames than offered
     Clock::duration rto_{};
     Clock::time_point timer_ = Clock::time_point::max();

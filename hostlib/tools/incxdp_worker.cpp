@@ -35,6 +35,7 @@ json stats_json(const CommStats &s) {
             {"bytes_sent", s.bytes_sent},
             {"packets_received", s.packets_received},
             {"retransmissions", s.retransmissions},
+            {"fast_retransmits", s.fast_retransmits},
             {"timeouts", s.timeouts},
             {"duplicates", s.duplicates},
             {"stale", s.stale},

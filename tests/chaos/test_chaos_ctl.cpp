@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
 #include <net/if.h>
@@ -89,6 +90,32 @@ links:
     ASSERT_EQ(plan.unreachable, std::vector<std::string>{"s1-s2"});
     ASSERT_EQ(plan.hooks.size(), 2u);
     EXPECT_EQ(plan.hooks[0].netns, "x-h1");
+}
+
+TEST(ChaosPlan, XdpFaultsEveryLinkAtBothReceivingEnds) {
+    auto t = topo::Topology::parse(R"(
+name: two
+subnet: 10.9.0.0/24
+switches:
+  - {name: s1, ip: 10.9.0.253}
+  - {name: s2, ip: 10.9.0.254}
+hosts:
+  - {name: h1, ip: 10.9.0.1}
+links:
+  - [h1, s1]
+  - [s1, s2]
+)");
+    auto plan = chaos::all_links(t, "x-", true);
+    EXPECT_TRUE(plan.unreachable.empty());
+    ASSERT_EQ(plan.hooks.size(), 4u);
+    std::set<std::pair<std::string, std::string>> ends; // (node, peer)
+    for (const auto &h : plan.hooks) {
+        EXPECT_EQ(h.hook, Hook::Xdp);
+        EXPECT_EQ(h.netns, "x-" + h.node);
+        ends.insert({h.node, h.peer});
+    }
+    EXPECT_EQ(ends, (std::set<std::pair<std::string, std::string>>{
+                        {"h1", "s1"}, {"s1", "h1"}, {"s1", "s2"}, {"s2", "s1"}}));
 }
 
 // A veth pair in a namespace of this process alone: what the library does

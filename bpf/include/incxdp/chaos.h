@@ -42,8 +42,9 @@
 struct incxdp_chaos_config {
 	__u32 enabled;     /* 0: every frame passes untouched (still counted) */
 	__u32 loss_ppm;    /* frame dropped (egress: TC_ACT_STOLEN, ingress: TC_ACT_SHOT) */
-	__u32 dup_ppm;     /* a clone sent right after through the same hook */
+	__u32 dup_ppm;     /* tc: a clone sent right after; xdp: delivered twice */
 	__u32 corrupt_ppm; /* one random bit of the UDP payload flipped */
+	__u32 reorder_ppm; /* xdp only: delivered once, late (sent around the peer) */
 };
 
 /* chaos_stats (per-CPU array): index = enum incxdp_chaos_stat.
@@ -55,9 +56,46 @@ enum incxdp_chaos_stat {
 	INCXDP_CHAOS_DUPLICATED,  /* passed, plus one clone sent */
 	INCXDP_CHAOS_CORRUPTED,   /* passed with one payload bit flipped */
 	INCXDP_CHAOS_DUP_FAILED,  /* chosen for duplication, clone refused by the kernel */
+	INCXDP_CHAOS_REORDERED,   /* xdp: passed late, after a trip around the peer */
+	INCXDP_CHAOS_REFLECTED,   /* xdp: a peer's detour frame sent back to it */
 	INCXDP_CHAOS_STAT_MAX,
 };
 
-INCXDP_STATIC_ASSERT(sizeof(struct incxdp_chaos_config) == 16, "chaos config layout");
+INCXDP_STATIC_ASSERT(sizeof(struct incxdp_chaos_config) == 20, "chaos config layout");
+
+/*
+ * ---- The XDP hook (bpf/lib/chaos_xdp.h, docs/CHAOS.md "XDP hook") ----
+ *
+ * Frames forwarded by XDP (the engine's results, AF_XDP sends) pass no tc
+ * hook, so every incxdp XDP program (the engine, incxdp_xsk, incxdp_pass)
+ * faults what it receives, before anything else: a direction of a link is
+ * faulted at its receiving end. Per program instance, keyed by the
+ * receiving interface's ifindex (unique within the program's namespace).
+ * Not pinned: `incxdp chaos --xdp` finds the maps through the program
+ * attached to the interface, and a program that replaces another on an
+ * interface (hostlib's incxdp_xsk over incxdp_pass) adopts its maps.
+ */
+#define INCXDP_CHAOS_XDP_CONFIG "chaos_xdp_cfg"   /* hash: ifindex -> incxdp_chaos_config */
+#define INCXDP_CHAOS_XDP_STATS "chaos_xdp_stats"  /* per-CPU hash: ifindex -> incxdp_chaos_xdp_stats */
+#define INCXDP_CHAOS_XDP_DUP "chaos_xdp_dup"      /* hash of devmaps: ifindex -> its own interface, twice */
+#define INCXDP_CHAOS_XDP_MAX_IFACES 256
+#define INCXDP_CHAOS_XDP_DUP_COPIES 2
+
+/*
+ * XDP cannot hold or clone a frame for later, but it can send it back out
+ * of the interface it came in on. A duplicated (or reordered) frame leaves
+ * with EtherType REFLECT as two (one) broadcast copies; the peer's incxdp
+ * program turns REFLECT into RETURN and sends it straight back (XDP_TX);
+ * this end restores IPv4 on RETURN and processes the frame without faulting
+ * it again. Both are IEEE 802 "local experimental" EtherTypes: nothing else
+ * on a topology's links uses them, and the Ethernet header is covered by
+ * no checksum (RoCEv2's ICRC starts at the IP header).
+ */
+#define INCXDP_CHAOS_ETH_REFLECT 0x88B5
+#define INCXDP_CHAOS_ETH_RETURN 0x88B6
+
+struct incxdp_chaos_xdp_stats {
+	__u64 n[INCXDP_CHAOS_STAT_MAX]; /* enum incxdp_chaos_stat */
+};
 
 #endif

@@ -211,6 +211,7 @@ enum incxdp_stat {
 	INCXDP_STAT_ROCE_MISMATCH,     /* ImmDt/size disagrees with the slot's: dropped */
 	INCXDP_STAT_ROCE_PEER_ACK,     /* ACK from a peer: consumed */
 	INCXDP_STAT_ROCE_PEER_NAK,     /* NAK from a peer: the result re-sent if held, else dropped */
+	INCXDP_STAT_CHAOS,             /* taken by `incxdp chaos --xdp`: lost, detoured or reflected */
 	INCXDP_STAT_INGRESS_VERDICTS,  /* (how many ingress verdicts there are) */
 	INCXDP_STAT_REDIRECT_FAIL = INCXDP_STAT_INGRESS_VERDICTS, /* completed, but the multicast redirect was refused */
 	INCXDP_STAT_EGRESS_TX,         /* multicast copy rewritten and sent */

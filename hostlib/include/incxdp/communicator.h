@@ -111,7 +111,8 @@ struct CommStats {
     uint64_t packets_received = 0;
     uint64_t bytes_received = 0;
     uint64_t results = 0;         ///< results accepted (one per step)
-    uint64_t retransmissions = 0; ///< packets sent again after a timeout
+    uint64_t retransmissions = 0; ///< packets sent again (timeout, NAK or fast retransmit)
+    uint64_t fast_retransmits = 0; ///< roce: of those, resent because later results came back
     uint64_t timeouts = 0;        ///< retransmission timer expiries
     uint64_t duplicates = 0;      ///< results of this call for an already finished step
     uint64_t stale = 0;           ///< results of another call, set or slot

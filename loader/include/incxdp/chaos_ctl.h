@@ -24,8 +24,11 @@ namespace incxdp::ctl::chaos {
 
 // Where frames are faulted. Egress sees what the stack sends out of the
 // interface; ingress what arrives after its XDP program passed it. Neither
-// sees frames an XDP program forwards (XDP_TX, XDP_REDIRECT).
-enum class Hook { Egress, Ingress };
+// sees frames an XDP program forwards (XDP_TX, XDP_REDIRECT) or AF_XDP
+// sends. Xdp is the hook inside incxdp's own XDP programs (the engine,
+// incxdp_pass, incxdp_xsk): everything the interface receives, whoever sent
+// it, without a program of its own (bpf/lib/chaos_xdp.h).
+enum class Hook { Egress, Ingress, Xdp };
 const char *hook_name(Hook h);
 
 // Probabilities in parts per million (INCXDP_CHAOS_PPM = 100%).
@@ -33,13 +36,14 @@ struct Rates {
     uint32_t loss_ppm = 0;
     uint32_t dup_ppm = 0;
     uint32_t corrupt_ppm = 0;
+    uint32_t reorder_ppm = 0; // Xdp only
 };
 
 // A change of rates: fields left empty keep their current value (0 on a
 // fresh attachment).
 struct RateUpdate {
-    std::optional<uint32_t> loss_ppm, dup_ppm, corrupt_ppm;
-    bool empty() const { return !loss_ppm && !dup_ppm && !corrupt_ppm; }
+    std::optional<uint32_t> loss_ppm, dup_ppm, corrupt_ppm, reorder_ppm;
+    bool empty() const { return !loss_ppm && !dup_ppm && !corrupt_ppm && !reorder_ppm; }
 };
 
 // Parses "5%", "0.5%", "0.05" (a fraction) or "0" into ppm. Throws CtlError
@@ -51,6 +55,7 @@ std::string format_rate(uint32_t ppm);
 // Per-CPU counters, summed (enum incxdp_chaos_stat).
 struct Counters {
     uint64_t seen = 0, dropped = 0, passed = 0, duplicated = 0, corrupted = 0, dup_failed = 0;
+    uint64_t reordered = 0, reflected = 0; // Xdp only
 };
 
 struct HookStatus {
@@ -58,7 +63,7 @@ struct HookStatus {
     uint64_t netns_inode = 0;
     std::string iface;
     Hook hook = Hook::Egress;
-    bool attached = false; // our tc filter is on the interface
+    bool attached = false; // tc: our filter is on the interface; xdp: rates are set
     uint32_t prog_id = 0;
     bool enabled = false;
     Rates rates;
@@ -74,7 +79,10 @@ HookStatus hook_status_from_json(const nlohmann::json &j);
 std::string default_pin_root();
 
 // Attaches to `iface`'s hook in the calling thread's network namespace if
-// not yet attached, then applies the update. Returns the new state.
+// not yet attached, then applies the update. Returns the new state. Xdp
+// attaches nothing: it needs an incxdp XDP program on the interface and
+// writes the rates into its maps (no pins; status finds them through the
+// program). Reordering exists only there.
 HookStatus set(const std::string &iface, Hook hook, const RateUpdate &update,
                const std::string &pin_root = default_pin_root());
 // Detaches and removes the pins. Throws "not attached" if there is nothing.
@@ -103,14 +111,16 @@ struct LinkHook {
 };
 
 // Where `--all-links` injects: every direction of every link exactly once.
-// host->switch at the host's egress; switch->host at the host's ingress,
-// because the engine forwards with XDP and its frames never pass the
-// switch's tc egress. Switch-switch links are returned in `unreachable`.
+// tc: host->switch at the host's egress; switch->host at the host's
+// ingress, because the engine forwards with XDP and its frames never pass
+// the switch's tc egress. Switch-switch links are returned in
+// `unreachable`. xdp: each direction at its receiving end, every link
+// (switch-switch too; AF_XDP hosts too).
 struct LinkPlan {
     std::vector<LinkHook> hooks;
     std::vector<std::string> unreachable; // "sw1-sw2"
 };
-LinkPlan all_links(const topo::Topology &t, const std::string &prefix);
+LinkPlan all_links(const topo::Topology &t, const std::string &prefix, bool xdp = false);
 
 // set/off/status on every hook of the plan, each inside its namespace (a
 // forked child that setns()es into /var/run/netns/<netns>). off() skips

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause
+#include <incxdp/chaos.h>
 #include "gen.h"
 
 #include <incxdp/proto.h>
@@ -528,7 +529,15 @@ Bytes Traffic::next(Kind &kind) {
     }
     if (r < 54) {
         kind = Kind::Guided;
-        return guided();
+        f = guided();
+        // Now and then as the chaos hook's detour frames (bpf/lib/chaos_xdp.h):
+        // RETURN is the frame itself again, REFLECT goes straight back.
+        if (r < 19) {
+            uint16_t t = r < 18 ? INCXDP_CHAOS_ETH_RETURN : INCXDP_CHAOS_ETH_REFLECT;
+            f[12] = uint8_t(t >> 8);
+            f[13] = uint8_t(t);
+        }
+        return f;
     }
     if (r < 57) {
         kind = Kind::Roce;

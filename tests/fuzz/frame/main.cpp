@@ -146,6 +146,8 @@ int verdict_of(int stat) {
         return XDP_REDIRECT;
     case INCXDP_STAT_RETX_UNICAST:
         return XDP_TX;
+    case INCXDP_STAT_CHAOS: // with no rates set, only a reflection (XDP_TX)
+        return XDP_TX;
     default:
         return XDP_DROP;
     }
@@ -300,10 +302,17 @@ bool Fuzzer::check(uint64_t i, Kind kind, const Bytes &f, const Prediction &p, c
             fail("guard slot written", "slot " + std::to_string(g) + " lies in no job's pool");
     }
 
-    // 5. Outputs: PASS untouched; TX and REDIRECT are well-formed results.
-    if (r.verdict == XDP_PASS && r.out != f)
-        fail("PASS modified the frame", first_diff(f, r.out));
-    if (r.verdict == XDP_TX || r.verdict == XDP_REDIRECT) {
+    // 5. Outputs: PASS untouched (but for the chaos hook's retag); TX and
+    // REDIRECT are well-formed results, or the chaos hook's reflection.
+    Bytes seen;
+    const ChaosHook hook = chaos_hook(f, seen);
+    if (r.verdict == XDP_PASS && r.out != seen)
+        fail("PASS modified the frame", first_diff(seen, r.out));
+    if (hook == ChaosHook::Reflect) {
+        if (r.verdict != XDP_TX || r.out != seen)
+            fail("chaos reflection", std::string("verdict ") + verdict_name(r.verdict) + ", " +
+                                         first_diff(seen, r.out));
+    } else if (r.verdict == XDP_TX || r.verdict == XDP_REDIRECT) {
         const Bytes &o = r.out;
         bool sml = o.size() >= test::kL4 &&
                    test::get16(o, test::kEth + 20) >= SWITCHML_UDP_PORT_MIN &&
@@ -381,7 +390,9 @@ int Fuzzer::run() {
         if (o_.pass_every && i % o_.pass_every == 0) {
             RunOut q = engine_.run_pass(f);
             t_.pass_runs++;
-            if (q.verdict != XDP_PASS || q.out != f) {
+            Bytes seen;
+            const int want = chaos_hook(f, seen) == ChaosHook::Reflect ? XDP_TX : XDP_PASS;
+            if (q.verdict != want || q.out != seen) {
                 violation(i, kind, f, "incxdp_pass",
                           std::string("verdict ") + verdict_name(q.verdict));
                 if (!o_.keep_going)

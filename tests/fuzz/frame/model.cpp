@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <incxdp/proto.h>
 #include <incxdp/roce.h>
+#include <incxdp/chaos.h>
 #include <incxdp/switchml.h>
 
 #include <linux/bpf.h>
@@ -176,7 +177,42 @@ std::optional<Decoded> Model::decode(const Bytes &f, bool switchml) const {
     return d;
 }
 
+ChaosHook chaos_hook(const Bytes &f, Bytes &seen) {
+    seen = f;
+    if (f.size() < kEth)
+        return ChaosHook::None;
+    auto retag = [&](uint16_t t) {
+        seen[12] = uint8_t(t >> 8);
+        seen[13] = uint8_t(t);
+    };
+    switch (get16(f, 12)) {
+    case INCXDP_CHAOS_ETH_REFLECT:
+        retag(INCXDP_CHAOS_ETH_RETURN);
+        return ChaosHook::Reflect;
+    case INCXDP_CHAOS_ETH_RETURN:
+        retag(0x0800);
+        return ChaosHook::Return;
+    default:
+        return ChaosHook::None;
+    }
+}
+
 Prediction Model::apply(const Bytes &f) {
+    Bytes seen;
+    switch (chaos_hook(f, seen)) {
+    case ChaosHook::Reflect: {
+        Prediction r;
+        r.stat = INCXDP_STAT_CHAOS;
+        r.verdict = XDP_TX;
+        r.out = std::move(seen);
+        r.check_out = true;
+        return r;
+    }
+    case ChaosHook::Return:
+        return apply(seen);
+    case ChaosHook::None:
+        break;
+    }
     Prediction p;
     p.out = f;
     auto verdict = [&](int stat, int v) {

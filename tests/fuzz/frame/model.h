@@ -18,6 +18,12 @@
 
 namespace incxdp::fuzz {
 
+// The chaos hook every program runs first (bpf/lib/chaos_xdp.h), with no
+// rates set: a REFLECT frame goes straight back as RETURN, a RETURN frame
+// goes on as the IPv4 frame it was. `seen` is the frame after the hook.
+enum class ChaosHook { None, Reflect, Return };
+ChaosHook chaos_hook(const Bytes &f, Bytes &seen);
+
 struct Prediction {
     int stat = INCXDP_STAT_PASS;
     int verdict = 0;          // XDP_*
