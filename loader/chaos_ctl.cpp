@@ -204,14 +204,7 @@ Counters read_counters(int fd) {
         for (uint64_t v : per_cpu)
             sum[k] += v;
     }
-    Counters c;
-    c.seen = sum[INCXDP_CHAOS_SEEN];
-    c.dropped = sum[INCXDP_CHAOS_DROPPED];
-    c.passed = sum[INCXDP_CHAOS_PASSED];
-    c.duplicated = sum[INCXDP_CHAOS_DUPLICATED];
-    c.corrupted = sum[INCXDP_CHAOS_CORRUPTED];
-    c.dup_failed = sum[INCXDP_CHAOS_DUP_FAILED];
-    return c;
+    return counters_from(sum);
 }
 
 // Loads a fresh instance with its maps pinned in `hdir`, writes the rates,
@@ -299,6 +292,19 @@ HookStatus read_status(const std::string &root, uint64_t inode, const std::strin
 }
 
 } // namespace
+
+Counters counters_from(const uint64_t (&sum)[INCXDP_CHAOS_STAT_MAX]) {
+    Counters c;
+    c.seen = sum[INCXDP_CHAOS_SEEN];
+    c.dropped = sum[INCXDP_CHAOS_DROPPED];
+    c.passed = sum[INCXDP_CHAOS_PASSED];
+    c.duplicated = sum[INCXDP_CHAOS_DUPLICATED];
+    c.corrupted = sum[INCXDP_CHAOS_CORRUPTED];
+    c.dup_failed = sum[INCXDP_CHAOS_DUP_FAILED];
+    c.reordered = sum[INCXDP_CHAOS_REORDERED];
+    c.reflected = sum[INCXDP_CHAOS_REFLECTED];
+    return c;
+}
 
 const char *hook_name(Hook h) {
     switch (h) {

@@ -66,15 +66,7 @@ Counters read_counters(const Maps &m) {
     for (const auto &s : per_cpu)
         for (int k = 0; k < INCXDP_CHAOS_STAT_MAX; k++)
             sum[k] += s.n[k];
-    c.seen = sum[INCXDP_CHAOS_SEEN];
-    c.dropped = sum[INCXDP_CHAOS_DROPPED];
-    c.passed = sum[INCXDP_CHAOS_PASSED];
-    c.duplicated = sum[INCXDP_CHAOS_DUPLICATED];
-    c.corrupted = sum[INCXDP_CHAOS_CORRUPTED];
-    c.dup_failed = sum[INCXDP_CHAOS_DUP_FAILED];
-    c.reordered = sum[INCXDP_CHAOS_REORDERED];
-    c.reflected = sum[INCXDP_CHAOS_REFLECTED];
-    return c;
+    return counters_from(sum);
 }
 
 void zero_counters(const Maps &m, const std::string &iface, __u64 flags) {

@@ -9,6 +9,11 @@
 #include <string>
 #include <vector>
 
+namespace incxdp::ctl::chaos {
+// Counters from per-CPU sums indexed by enum incxdp_chaos_stat (both hooks).
+Counters counters_from(const uint64_t (&sum)[INCXDP_CHAOS_STAT_MAX]);
+} // namespace incxdp::ctl::chaos
+
 namespace incxdp::ctl::chaos::xdp {
 
 HookStatus set(const std::string &iface, const RateUpdate &update);

@@ -6,6 +6,8 @@
 // pins after the interface is gone.
 #include <incxdp/chaos_ctl.h>
 
+#include "private_netns.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -73,8 +75,9 @@ TEST(ChaosPlan, StarFaultsBothDirectionsAtTheHosts) {
     }
 }
 
-TEST(ChaosPlan, SwitchToSwitchLinksAreUnreachable) {
-    auto t = topo::Topology::parse(R"(
+// h1 - s1 - s2: one host link, one switch-switch link.
+topo::Topology two_switches() {
+    return topo::Topology::parse(R"(
 name: two
 subnet: 10.9.0.0/24
 switches:
@@ -86,6 +89,10 @@ links:
   - [h1, s1]
   - [s1, s2]
 )");
+}
+
+TEST(ChaosPlan, SwitchToSwitchLinksAreUnreachable) {
+    auto t = two_switches();
     auto plan = chaos::all_links(t, "x-");
     ASSERT_EQ(plan.unreachable, std::vector<std::string>{"s1-s2"});
     ASSERT_EQ(plan.hooks.size(), 2u);
@@ -93,18 +100,7 @@ links:
 }
 
 TEST(ChaosPlan, XdpFaultsEveryLinkAtBothReceivingEnds) {
-    auto t = topo::Topology::parse(R"(
-name: two
-subnet: 10.9.0.0/24
-switches:
-  - {name: s1, ip: 10.9.0.253}
-  - {name: s2, ip: 10.9.0.254}
-hosts:
-  - {name: h1, ip: 10.9.0.1}
-links:
-  - [h1, s1]
-  - [s1, s2]
-)");
+    auto t = two_switches();
     auto plan = chaos::all_links(t, "x-", true);
     EXPECT_TRUE(plan.unreachable.empty());
     ASSERT_EQ(plan.hooks.size(), 4u);
@@ -125,20 +121,9 @@ class ChaosVeth : public ::testing::Test {
     static void SetUpTestSuite() {
         if (geteuid() != 0)
             return;
-        if (unshare(CLONE_NEWNET) != 0) {
-            error_ = std::string("unshare(CLONE_NEWNET): ") + strerror(errno);
+        if (error_ = enter_private_netns(); !error_.empty())
             return;
-        }
         root_ = "/sys/fs/bpf/incxdp-chaos-ctltest-" + std::to_string(getpid());
-        // No IPv6: its router solicitations and reports would add frames
-        // to the counters the tests check exactly.
-        for (const char *conf : {"all", "default"})
-            if (FILE *f = std::fopen(
-                    (std::string("/proc/sys/net/ipv6/conf/") + conf + "/disable_ipv6").c_str(),
-                    "w")) {
-                std::fputs("1", f);
-                std::fclose(f);
-            }
         if (std::system("ip link add veA type veth peer name veB && ip link set veA up && "
                         "ip link set veB up") != 0)
             error_ = "cannot create the veth pair (ip link add)";

@@ -8,6 +8,7 @@
 #include <incxdp/chaos_ctl.h>
 
 #include "incxdp_pass.skel.h"
+#include "private_netns.h"
 
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
@@ -79,17 +80,8 @@ class ChaosXdp : public ::testing::Test {
     static void SetUpTestSuite() {
         if (geteuid() != 0)
             return;
-        if (unshare(CLONE_NEWNET) != 0) {
-            error_ = std::string("unshare(CLONE_NEWNET): ") + strerror(errno);
+        if (error_ = enter_private_netns(); !error_.empty())
             return;
-        }
-        for (const char *conf : {"all", "default"})
-            if (FILE *f = std::fopen(
-                    (std::string("/proc/sys/net/ipv6/conf/") + conf + "/disable_ipv6").c_str(),
-                    "w")) {
-                std::fputs("1", f);
-                std::fclose(f);
-            }
         if (std::system("ip link add veX type veth peer name veY && ip link set veX up && "
                         "ip link set veY up && ip link add veN type veth peer name veM && "
                         "ip link set veN up && ip link set veM up") != 0) {
@@ -288,6 +280,10 @@ TEST_F(ChaosXdp, FullCorruptionFlipsExactlyOnePayloadBit) {
         EXPECT_EQ(best, 1);
     }
     EXPECT_EQ(chaos::hook_status("veY", Hook::Xdp).counters.corrupted, 40u);
+    chaos::reset_counters("veY", Hook::Xdp);
+    auto c = chaos::hook_status("veY", Hook::Xdp);
+    EXPECT_EQ(c.counters.seen + c.counters.corrupted, 0u);
+    EXPECT_EQ(c.rates.corrupt_ppm, kAll) << "a reset keeps the rates";
 }
 
 TEST_F(ChaosXdp, StatusOffAndErrors) {
