@@ -7,6 +7,7 @@
 
 #include "frame.h"
 #include "incxdp_xsk.skel.h"
+#include <incxdp/capture.h>
 #include <incxdp/chaos.h>
 #include <incxdp/xdp_prog_maps.h>
 
@@ -379,7 +380,7 @@ class AfXdpTransport final : public Transport {
         skel_->rodata->xsk_local_ip = tmpl_->addrs().src_ip;
         skel_->rodata->xsk_local_port = htons(cfg_.local_port);
         skel_->rodata->xsk_tx_ifindex = uint32_t(ifindex_);
-        adopt_chaos_maps();
+        adopt_maps_of_previous_program();
         if (int err = incxdp_xsk__load(skel_))
             fail(-err, fmt::format("{}: load incxdp_xsk (needs CAP_BPF)", describe_));
 
@@ -431,18 +432,22 @@ class AfXdpTransport final : public Transport {
         attach();
     }
 
-    // `incxdp chaos --xdp` keeps its rates and counters in the maps of the
-    // program on the interface (bpf/lib/chaos_xdp.h). Ours replaces that
-    // program while the transport is open, so it takes over the same maps:
-    // faults set before the worker started stay in force, and the counters
-    // go on when the previous program comes back.
-    void adopt_chaos_maps() {
+    // Two tools keep their state in the maps of the program on the
+    // interface: `incxdp chaos --xdp` its rates and counters
+    // (bpf/lib/chaos_xdp.h), `incxdp capture` the perf buffers it reads
+    // (bpf/lib/capture.h). Ours replaces that program while the transport is
+    // open, so it takes over the same maps: faults set before the worker
+    // started stay in force, the counters go on when the previous program
+    // comes back, and a running capture misses no frame in the moment
+    // between our attach and its noticing the new program.
+    void adopt_maps_of_previous_program() {
         const struct {
             bpf_map *map;
             const char *name;
         } maps[] = {{skel_->maps.chaos_xdp_cfg, INCXDP_CHAOS_XDP_CONFIG},
                     {skel_->maps.chaos_xdp_stats, INCXDP_CHAOS_XDP_STATS},
-                    {skel_->maps.chaos_xdp_dup, INCXDP_CHAOS_XDP_DUP}};
+                    {skel_->maps.chaos_xdp_dup, INCXDP_CHAOS_XDP_DUP},
+                    {skel_->maps.incxdp_capture, INCXDP_CAPTURE_MAP}};
         for (const auto &m : maps) {
             int fd = xdpmaps::map_fd_on_iface(ifindex_, m.name, int(bpf_map__type(m.map)));
             if (fd < 0)

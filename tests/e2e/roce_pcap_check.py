@@ -15,7 +15,9 @@ For every UDP/4791 frame of the given pcap files:
   * ACK frames carry an ACK (0x1F..) or NAK-sequence (0x60..) syndrome.
 Prints a JSON summary; exits 1 on any ICRC error, tshark disagreement or
 bad syndrome, and with --strict-order on any gap, reorder or repeat,
-with --complete on any missing PSN.
+with --complete on any missing PSN, and with --psns-per-stream N when a
+stream did not carry exactly N distinct PSNs (a capture that covers a
+whole run sees every frame each connection sent, from its first).
 Run with Debian's python3 (/usr/bin/python3), which has python3-scapy.
 """
 import argparse
@@ -37,11 +39,14 @@ def psn_diff(a, b):
 
 
 def tshark_fields(path):
-    out = subprocess.run(
+    r = subprocess.run(
         ["tshark", "-r", path, "-Y", "udp.dstport == 4791", "-T", "fields",
          "-e", "frame.number", "-e", "infiniband.bth.opcode",
          "-e", "infiniband.bth.psn", "-e", "infiniband.bth.destqp"],
-        check=True, capture_output=True, text=True).stdout
+        capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"tshark -r {path} failed ({r.returncode}): {r.stderr.strip()}")
+    out = r.stdout
     rows = {}
     for line in out.splitlines():
         parts = line.split("\t")
@@ -119,6 +124,8 @@ def main():
                     help="fail on any PSN gap or repeat (a run without loss)")
     ap.add_argument("--complete", action="store_true",
                     help="fail if a PSN between a stream's lowest and highest never appeared")
+    ap.add_argument("--psns-per-stream", type=int, default=0,
+                    help="fail unless every stream carried exactly this many distinct PSNs")
     ap.add_argument("--min-frames", type=int, default=1)
     args = ap.parse_args()
     summary = {"frames": 0, "icrc_ok": 0, "icrc_bad": 0, "tshark_bth": 0, "tshark_mismatch": 0,
@@ -132,6 +139,7 @@ def main():
         # starts mid-stream may see a reordered pair's later frame first.
         rel = [psn_diff(p, s["first"]) for p in s.pop("seen")]
         s["missing"] = max(rel) - min(rel) + 1 - len(rel)
+        s["psns"] = len(rel)
     for k in ("in_order", "reordered", "repeat", "gap", "missing", "wraps"):
         summary[k] = sum(s[k] for s in streams.values())
     summary["stream_detail"] = {f"{k[0]}->{k[1]} qp {k[2]:#x}": v for k, v in sorted(streams.items())}
@@ -142,6 +150,12 @@ def main():
         bad = True
     if args.complete and summary["missing"]:
         bad = True
+    if args.psns_per_stream:
+        off = {k: v["psns"] for k, v in summary["stream_detail"].items()
+               if v["psns"] != args.psns_per_stream}
+        if off:
+            print(f"streams without {args.psns_per_stream} distinct PSNs: {off}", file=sys.stderr)
+            bad = True
     if summary["frames"] < args.min_frames:
         print(f"only {summary['frames']} RoCE frames captured", file=sys.stderr)
         bad = True

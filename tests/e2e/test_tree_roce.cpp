@@ -152,9 +152,11 @@ TEST_F(Tree124, BarrierAndMixedCollectivesInOneRun)
 
 // Frames captured where they arrive, on every port of every node (so on
 // both directions of every link), during 1 MiB AllReduces:
-// every ICRC matches scapy's, tshark decodes every BTH, and no PSN of any
-// stream is missing (across the 2^24 wrap). A switch's streams may be
-// reordered: consecutive slots completing on two CPUs at once leave in
+// every ICRC matches scapy's, tshark decodes every BTH, and every stream
+// shows each PSN it carried, from its first (across the 2^24 wrap). The
+// hosts' AF_XDP transports replace incxdp_pass with incxdp_xsk when they
+// open and take over its capture map, so a capture misses nothing then.
+// A switch's streams may be reordered: consecutive slots completing on two CPUs at once leave in
 // either order (receivers take results in any order, docs/ROCE.md §3).
 TEST_F(Tree124, CapturedFramesPassScapyIcrcAndTsharkDecode)
 {
@@ -179,12 +181,13 @@ TEST_F(Tree124, CapturedFramesPassScapyIcrcAndTsharkDecode)
     }
     // The capture processes open their perf buffers before the run starts.
     std::this_thread::sleep_for(std::chrono::seconds(2));
-    // Several iterations: the hosts' AF_XDP transports replace incxdp_pass
-    // with incxdp_xsk when they open, and capture follows within ~20 ms.
     TreeRun s{"allreduce", "1M"};
     s.apply = false;
     s.iters = 8;
     run(s);
+    // Per iteration and connection: one barrier message, then 1 MiB in
+    // messages of the RoCE path MTU (2048).
+    const int psns_per_stream = s.iters * (1 + (1 << 20) / 2048);
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     proc::run({"pkill", "-INT", "-f", "incxdp-cap-" + std::to_string(getpid())});
     for (size_t i = 0; i < caps.size(); i++) {
@@ -194,7 +197,8 @@ TEST_F(Tree124, CapturedFramesPassScapyIcrcAndTsharkDecode)
     }
     std::vector<std::string> argv = {"/usr/bin/python3",
                                      std::string(INCXDP_SOURCE_DIR) + "/tests/e2e/roce_pcap_check.py",
-                                     "--complete", "--min-frames", "1000"};
+                                     "--complete", "--min-frames", "1000",
+                                     "--psns-per-stream", std::to_string(psns_per_stream)};
     argv.insert(argv.end(), files.begin(), files.end());
     auto chk = proc::run(argv);
     EXPECT_EQ(chk.status, 0) << chk.out << chk.err;

@@ -76,6 +76,9 @@ class TreeTopology : public ::testing::Test {
         try {
             auto t = topo::Topology::load_file(file_);
             auto plan = topo::plan_tree(t, 1);
+            // Assigned, not appended: the members are shared by every suite
+            // of this fixture and set up again under --gtest_repeat.
+            switches_.clear();
             for (const auto &s : plan.switches)
                 switches_.push_back(s.name);
             ranks_ = plan.ranks;

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // Reaching the maps of the XDP program(s) running on an interface, from
 // user space, without pins: `incxdp capture` and `incxdp chaos --xdp` find
-// their maps this way, and hostlib's AF_XDP transport adopts the chaos maps
-// of the program it replaces. Works with libxdp's dispatcher (each
+// their maps this way, and hostlib's AF_XDP transport adopts the chaos and capture
+// maps of the program it replaces. Works with libxdp's dispatcher (each
 // component) and with a program attached alone.
 #pragma once
 
