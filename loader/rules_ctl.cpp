@@ -424,8 +424,9 @@ SwitchRules compile(const topo::Topology &t, const topo::TreePlan &plan, const s
         v.job = plan.job;
         v.role = INCXDP_ROCE_CHILD;
         // A host goes back N on a NAK; a switch below cannot, so its
-        // frames are taken in any order within the window.
-        v.strict = c.child_is_switch ? 0 : 1;
+        // frames are taken in any order within the window, and so are a
+        // host's when the job says it recovers by resending single frames.
+        v.strict = c.child_is_switch || plan.host_order == topo::HostOrder::Any ? 0 : 1;
         v.child = static_cast<uint16_t>(i);
         std::memcpy(v.peer_mac, c.child_mac.data(), 6);
         std::memcpy(v.own_mac, c.parent_mac.data(), 6);

@@ -214,7 +214,8 @@ struct Builder {
             const YAML::Node j = list[i];
             std::string where = fmt::format("jobs[{}]", i);
             r.expect_map(j, where,
-                         {"id", "kind", "switch", "workers", "worker_port", "slots", "start_psn"});
+                         {"id", "kind", "switch", "workers", "worker_port", "slots", "start_psn",
+                          "host_order"});
             Job job;
             job.id = static_cast<uint32_t>(r.integer(j, "id", where, 0, INCXDP_MAX_JOBS - 1));
             where += fmt::format(" (id {})", job.id);
@@ -236,9 +237,10 @@ struct Builder {
                 r.fail(j["worker_port"], where,
                        "worker_port does not apply to a roce-tree job (RoCEv2 uses UDP 4791 "
                        "and a source port per connection)");
-            if (!tree && j["start_psn"].IsDefined())
-                r.fail(j["start_psn"], where,
-                       "start_psn applies only to a roce-tree job (kind: roce-tree)");
+            for (const char *key : {"start_psn", "host_order"})
+                if (!tree && j[key].IsDefined())
+                    r.fail(j[key], where,
+                           fmt::format("{} applies only to a roce-tree job (kind: roce-tree)", key));
             job.worker_port = static_cast<uint16_t>(
                 r.integer(j, "worker_port", where, job.worker_port, 1, 65535));
             // The window slot travels in 14 bits of the native header; a
@@ -255,6 +257,8 @@ struct Builder {
             if (tree && j["start_psn"].IsDefined())
                 job.start_psn =
                     static_cast<uint32_t>(r.integer(j, "start_psn", where, 0, kRocePsnMask));
+            if (tree && j["host_order"].IsDefined())
+                job.host_order = parse_host_order(j["host_order"], where);
             add_workers(j, where, swn, job);
             t.jobs.push_back(std::move(job));
         }
@@ -282,6 +286,18 @@ struct Builder {
         if (s == "roce-tree")
             return JobKind::RoceTree;
         r.fail(k, where, fmt::format("unknown job kind '{}' (expected star or roce-tree)", s));
+    }
+
+    HostOrder parse_host_order(const YAML::Node &k, const std::string &where) {
+        const std::string s = r.scalar(k, where + ".host_order");
+        if (s == "strict")
+            return HostOrder::Strict;
+        if (s == "any")
+            return HostOrder::Any;
+        r.fail(k, where,
+               fmt::format("unknown host_order '{}' (expected strict: RC go-back-N, or any: "
+                           "hostlib hosts, selective resend)",
+                           s));
     }
 
     void add_workers(const YAML::Node &j, const std::string &where, const Node &sw, Job &job) {
@@ -358,6 +374,10 @@ Topology parse_text(const std::string &text, const std::string &source) {
 
 const char *job_kind_name(JobKind k) {
     return k == JobKind::RoceTree ? "roce-tree" : "star";
+}
+
+const char *host_order_name(HostOrder o) {
+    return o == HostOrder::Any ? "any" : "strict";
 }
 
 std::string mac_to_string(const Mac &m) {

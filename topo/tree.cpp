@@ -175,6 +175,7 @@ TreePlan build_tree(const Topology &t, uint32_t job_id) {
 
     TreePlan plan;
     plan.job = job.id;
+    plan.host_order = job.host_order;
     plan.root = job.switch_name;
     plan.ranks = job.workers;
     plan.host_conn.resize(job.workers.size());

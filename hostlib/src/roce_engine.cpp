@@ -87,7 +87,7 @@ void RoceEngine::run(RocePackets &call, const char *what, CommStats &stats) {
             break;
         if (now >= timer_)
             on_timer(now);
-        send_fast_retransmits();
+        send_singles(fast_, true, now);
         fill_and_send(now);
         if (now - last_progress_ >= cfg_.deadline)
             fail_timeout(now, false);
@@ -169,6 +169,7 @@ void RoceEngine::fill_and_send(Clock::time_point now) {
             Entry &e = entry(send_idx_[i]);
             if (e.sends++ > 0)
                 ++stats_->retransmissions;
+            e.sent_at = now;
             ++stats_->packets_sent;
             stats_->bytes_sent += e.len;
         }
@@ -289,29 +290,47 @@ void RoceEngine::note_later_result(uint64_t idx) {
     }
 }
 
-void RoceEngine::send_fast_retransmits() {
-    if (fast_.empty())
+// One frame per listed index, for those still waiting for their result;
+// what the transport does not take now is left to the timer.
+void RoceEngine::send_singles(std::vector<uint64_t> &idxs, bool fast, Clock::time_point now) {
+    if (idxs.empty())
         return;
     send_spans_.clear();
     send_idx_.clear();
-    for (uint64_t idx : fast_) {
+    for (uint64_t idx : idxs) {
         const Entry &e = entry(idx);
         if (idx >= base_ && idx < next_ && !e.resulted && e.sealed) {
             send_spans_.emplace_back(e.buf, e.len);
             send_idx_.push_back(idx);
         }
     }
-    fast_.clear();
-    // What the transport does not take now is left to the timer.
+    idxs.clear();
     size_t sent = send_spans_.empty() ? 0 : transport_.send_batch(send_spans_);
     for (size_t i = 0; i < sent; ++i) {
         Entry &e = entry(send_idx_[i]);
         ++e.sends;
+        e.sent_at = now;
         ++stats_->retransmissions;
-        ++stats_->fast_retransmits;
+        if (fast)
+            ++stats_->fast_retransmits;
         ++stats_->packets_sent;
         stats_->bytes_sent += e.len;
     }
+}
+
+// host_order: any. The leaf has taken whatever arrived, in any order, so
+// only the frames sent at least one timeout ago without a result go again:
+// lost on the way up, or their result lost on the way down (the leaf
+// answers those with the result it holds). Frames still in flight and
+// frames never sent (tx_ and on) are left alone.
+void RoceEngine::resend_overdue(Clock::time_point now) {
+    overdue_.clear();
+    for (uint64_t idx = base_; idx < tx_; ++idx) {
+        const Entry &e = entry(idx);
+        if (!e.resulted && e.sends > 0 && now - e.sent_at >= rto_)
+            overdue_.push_back(idx);
+    }
+    send_singles(overdue_, false, now);
 }
 
 void RoceEngine::go_back(uint64_t from, Clock::time_point now) {
@@ -328,6 +347,12 @@ void RoceEngine::on_timer(Clock::time_point now) {
     if (cfg_.max_retries != 0 && retries_ >= cfg_.max_retries)
         fail_timeout(now, true);
     ++retries_;
+    if (cfg_.roce.any_order) {
+        resend_overdue(now);
+        rto_ = std::min<Clock::duration>(2 * rto_, cfg_.max_timeout);
+        timer_ = now + rto_;
+        return;
+    }
     rto_ = std::min<Clock::duration>(2 * rto_, cfg_.max_timeout);
     // Everything from base_ goes again: fast retransmit starts over.
     newest_ = scan_ = base_;

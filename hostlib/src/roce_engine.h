@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // The RoCE engine (docs/ROCE.md §4): one SEND_ONLY_IMM per index of the
 // job's packet sequence on this rank's RC connection, a window of at most
-// the job's slot pool, go-back-N on NAK and on timeout, results matched by
-// their PSN in the switch's stream. Knows nothing about dtypes or
+// the job's slot pool, go-back-N on NAK and on timeout (or, when the leaf
+// takes our frames in any order, a resend of the overdue frames only),
+// results matched by their PSN in the switch's stream. Knows nothing about dtypes or
 // primitives: RocePackets fills payloads and takes results.
 #pragma once
 
@@ -62,6 +63,7 @@ class RoceEngine {
         size_t len = 0;
         uint32_t imm = 0;
         uint32_t sends = 0;  ///< times handed to the transport
+        Clock::time_point sent_at{}; ///< the last time
         bool sealed = false; ///< PSN, AckReq and ICRC written (at the first send)
         bool resulted = false;
     };
@@ -76,7 +78,8 @@ class RoceEngine {
     void on_ack(const RoceFrameView &v, Clock::time_point now);
     void go_back(uint64_t from, Clock::time_point now);
     void note_later_result(uint64_t idx);
-    void send_fast_retransmits();
+    void send_singles(std::vector<uint64_t> &idxs, bool fast, Clock::time_point now);
+    void resend_overdue(Clock::time_point now);
     void on_timer(Clock::time_point now);
     [[noreturn]] void fail_timeout(Clock::time_point now, bool retries) const;
 
@@ -107,6 +110,7 @@ class RoceEngine {
     uint64_t newest_ = 0;          ///< highest index with a result (fast retransmit)
     uint64_t scan_ = 0;            ///< next index fast retransmit looks at
     std::vector<uint64_t> fast_;   ///< indices to resend now, one frame each
+    std::vector<uint64_t> overdue_; ///< any_order timeout: indices to resend
     bool send_blocked_ = false;    ///< the transport took fewer frames than offered
     Clock::duration rto_{};
     Clock::time_point timer_ = Clock::time_point::max();

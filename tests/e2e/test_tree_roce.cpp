@@ -10,6 +10,7 @@
 #include <functional>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 namespace incxdp::test {
@@ -97,6 +98,73 @@ TEST_F(Tree124, AllReduceBitExactUnderLossDuplicationAndReorderingOnEveryLink)
         EXPECT_EQ(st["roce_bad_icrc"], 0u) << sw << ": no corruption was asked for";
         EXPECT_GT(st["roce_dup_result"] + st["roce_dup_ack"] + st["roce_dup_up"], 0u)
             << sw << ": duplicates never reached the duplicate path";
+    }
+}
+
+// The same faults with the job's host_order: any (topology.h): the leaves
+// take the hosts' frames in any order and never NAK, a host resends only
+// what is overdue, so 256 MiB is practical here (≈8 s against ≈2 min with
+// go-back-N). Bit-exact, every rank retransmits, and no NAK is sent.
+TEST_F(Tree124, AllReduceBitExactUnderLossUpTo256MiBWithHostsInAnyOrder)
+{
+    namespace fs = std::filesystem;
+    std::string text;
+    {
+        std::ifstream in(file_);
+        std::stringstream ss;
+        ss << in.rdbuf();
+        text = ss.str();
+    }
+    const std::string marker = "    start_psn:";
+    ASSERT_NE(text.find(marker), std::string::npos) << file_;
+    text.replace(text.find(marker), marker.size(), "    host_order: any\n" + marker);
+    const fs::path any = fs::temp_directory_path() / ("incxdp-tree124-any-" + std::to_string(getpid()) + ".yaml");
+    std::ofstream(any) << text;
+    struct Restore {
+        std::string file;
+        fs::path tmp;
+        ~Restore()
+        {
+            file_ = file; // later tests apply the shipped (strict) job again
+            fs::remove(tmp);
+        }
+    } restore{file_, any};
+    file_ = any.string();
+
+    const std::vector<std::string> all = {"chaos", "--topo", file_, "--prefix", prefix_, "--all-links", "--xdp"};
+    struct Off {
+        std::vector<std::string> argv;
+        ~Off()
+        {
+            argv.push_back("--off");
+            auto r = cli(argv);
+            EXPECT_EQ(r.status, 0) << "chaos --off: " << r.err;
+        }
+    } off{all};
+    auto with = all;
+    for (const char *a : {"--loss", "5%", "--dup", "1%", "--reorder", "1%"})
+        with.push_back(a);
+    auto r = cli(with);
+    ASSERT_EQ(r.status, 0) << r.err;
+
+    std::map<std::string, uint64_t> naks_before;
+    for (const auto &sw : switches_)
+        naks_before[sw] = stats(sw)["roce_nak"];
+    for (const char *size : {"4", "1M", "256M"}) {
+        auto res = run({"allreduce", size});
+        if (std::string(size) == "4")
+            continue;
+        for (size_t rank = 0; rank < res.size(); rank++) {
+            auto at = res[rank].out.find("retx ");
+            ASSERT_NE(at, std::string::npos) << res[rank].out;
+            EXPECT_GT(std::stoull(res[rank].out.substr(at + 5)), 0u)
+                << size << ", rank " << rank << ": no retransmission under 5% loss:\n" << res[rank].out;
+        }
+    }
+    for (const auto &sw : switches_) {
+        auto st = stats(sw);
+        EXPECT_EQ(st["roce_nak"], naks_before[sw]) << sw << ": a NAK with host_order: any";
+        EXPECT_EQ(st["roce_bad_icrc"], 0u) << sw;
     }
 }
 

@@ -179,6 +179,19 @@ void SoftRoceNet::ingress(uint32_t r, std::span<const std::byte> frame) {
     on_send(r, v);
 }
 
+// A SEND the switch has taken before (or whose set moved on).
+void SoftRoceNet::on_duplicate(uint32_t r, const Rx &x, uint32_t idx24, const Set &s) {
+    if (s.idx == int64_t(idx24) && s.complete) {
+        ++c_.dup_result;
+        send_result(r, idx24, s);
+    } else if (s.idx == int64_t(idx24)) {
+        ++c_.dup_ack;
+        send_ack(r, (x.epsn - 1) & ROCE_PSN_MASK, ROCE_AETH_ACK | x.msn);
+    } else {
+        ++c_.stale;
+    }
+}
+
 void SoftRoceNet::on_send(uint32_t r, const RoceFrameView &v) {
     if (v.ackreq)
         ++c_.ackreq;
@@ -186,7 +199,24 @@ void SoftRoceNet::on_send(uint32_t r, const RoceFrameView &v) {
     int32_t d = roce_psn_diff(v.psn, x.epsn);
     uint32_t idx24 = (v.psn - conns_[r].up_base) & ROCE_PSN_MASK;
     Set &s = slots_[idx24 % cfg_.pool][(idx24 / cfg_.pool) & 1];
-    if (d > 0) {
+    if (cfg_.any_order) {
+        // As the engine takes a non-strict child's frames: anything within
+        // the pool that this rank's bit in the set does not show yet.
+        const int32_t pool = int32_t(cfg_.pool);
+        if (d >= pool) {
+            ++c_.ahead_drop;
+            return;
+        }
+        bool seen = s.idx == int64_t(idx24) && (s.bitmap >> r & 1);
+        bool older = s.idx >= 0 && s.idx != int64_t(idx24) &&
+                     roce_psn_diff(idx24, uint32_t(s.idx)) < 0;
+        if (d < -pool || seen || older) {
+            on_duplicate(r, x, idx24, s);
+            return;
+        }
+        if (d > 0)
+            ++c_.accepted_ahead;
+    } else if (d > 0) {
         // Strict peer: one NAK per expected PSN, then drop until it comes.
         if (!x.nak_sent) {
             x.nak_sent = true;
@@ -196,17 +226,8 @@ void SoftRoceNet::on_send(uint32_t r, const RoceFrameView &v) {
             ++c_.ahead_drop;
         }
         return;
-    }
-    if (d < 0) {
-        if (s.idx == int64_t(idx24) && s.complete) {
-            ++c_.dup_result;
-            send_result(r, idx24, s);
-        } else if (s.idx == int64_t(idx24)) {
-            ++c_.dup_ack;
-            send_ack(r, (x.epsn - 1) & ROCE_PSN_MASK, ROCE_AETH_ACK | x.msn);
-        } else {
-            ++c_.stale;
-        }
+    } else if (d < 0) {
+        on_duplicate(r, x, idx24, s);
         return;
     }
     uint32_t imm = v.imm.value_or(s.imm);
@@ -214,9 +235,12 @@ void SoftRoceNet::on_send(uint32_t r, const RoceFrameView &v) {
         ++c_.mismatch;
         return;
     }
-    x.epsn = (x.epsn + 1) & ROCE_PSN_MASK;
-    if (x.epsn == 0)
-        ++c_.wraps;
+    if (d >= 0) { // any_order: epsn is the highest PSN taken + 1
+        uint32_t before = x.epsn;
+        x.epsn = (v.psn + 1) & ROCE_PSN_MASK;
+        if (x.epsn < before)
+            ++c_.wraps;
+    }
     x.msn = (x.msn + 1) & ROCE_AETH_MSN_MASK;
     x.nak_sent = false;
     ++c_.accepted;

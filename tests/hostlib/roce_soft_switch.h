@@ -7,8 +7,9 @@
 // deterministic loss, duplication, corruption and late delivery.
 //
 // The model: per connection a strict expected PSN (NAK once for a frame
-// ahead, drop later ones until the expected one arrives), MSN, ACK on
-// AckReq; per idx a slot (idx % pool) and set ((idx / pool) & 1) that
+// ahead, drop later ones until the expected one arrives) or, with
+// any_order (a job's host_order: any), any PSN within the pool that the
+// set has not seen from that rank; MSN, ACK on AckReq; per idx a slot (idx % pool) and set ((idx / pool) & 1) that
 // aggregates int32 SUM/MAX/MIN, takes Broadcast's one payload, and sends
 // the result down to every rank (Reduce: 0 payload except to the root);
 // duplicates get the result if the set holds it, an ACK if it is still
@@ -42,12 +43,14 @@ struct SoftSwitchConfig {
     double corrupt_up = 0;   ///< the switch must drop it (bad ICRC)
     double late_down = 0;    ///< deliver ~16 frames later (results out of order)
     uint64_t seed = 1;
+    bool any_order = false; ///< take a host's SENDs in any order within the pool, never NAK
 };
 
 struct SoftSwitchCounters {
     uint64_t rx = 0, lost = 0, bad_icrc = 0, malformed = 0, unknown_qp = 0, accepted = 0, nak = 0,
              ahead_drop = 0, ack = 0, absorbed = 0, down = 0, dup_result = 0, dup_ack = 0,
-             stale = 0, mismatch = 0, peer_ack = 0, ackreq = 0, wraps = 0, corrupted = 0, late = 0;
+             stale = 0, mismatch = 0, peer_ack = 0, ackreq = 0, wraps = 0, corrupted = 0, late = 0,
+             accepted_ahead = 0; ///< any_order: taken beyond the expected PSN
 };
 
 /// One rank's connection as the switch and the host see it.
@@ -97,6 +100,7 @@ class SoftRoceNet {
 
     void ingress(uint32_t r, std::span<const std::byte> frame);
     void on_send(uint32_t r, const detail::RoceFrameView &v);
+    void on_duplicate(uint32_t r, const Rx &x, uint32_t idx24, const Set &s);
     void send_ack(uint32_t r, uint32_t psn, uint32_t aeth);
     void send_result(uint32_t r, uint32_t idx24, const Set &s);
     void deliver(uint32_t r, std::vector<std::byte> frame);

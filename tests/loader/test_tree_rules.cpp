@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <set>
 
 namespace incxdp {
@@ -382,6 +384,14 @@ TEST(TopologyJobs, KindAndTreeKeysAreValidated) {
         parse_error(with(with(kTree, "kind: roce-tree, switch: s0", "switch: s1, start_psn: 5"),
                          "workers: [h0, h1, h2, h3]", "workers: [h0, h1]")),
         "start_psn applies only to a roce-tree job");
+    EXPECT_CONTAINS(parse_error(with(kTree, "slots: 64", "slots: 64, host_order: sloppy")),
+                    "unknown host_order 'sloppy' (expected strict");
+    EXPECT_CONTAINS(
+        parse_error(with(with(kTree, "kind: roce-tree, switch: s0", "switch: s1, host_order: any"),
+                         "workers: [h0, h1, h2, h3]", "workers: [h0, h1]")),
+        "host_order applies only to a roce-tree job");
+    EXPECT_EQ(Topology::parse(with(kTree, "slots: 64", "slots: 64, host_order: strict")).job(1).host_order,
+              topo::HostOrder::Strict);
     EXPECT_CONTAINS(parse_error(with(kTree, "switch: s0", "switch: h0")),
                     "'h0' is a host, not a switch");
     // Star jobs keep their rule: workers directly on the switch.
@@ -494,6 +504,32 @@ TEST(CompileRules, RootTakesSwitchChildrenOutOfOrder) {
     EXPECT_EQ(r.conns[0].value.subtree_ranks, 0b0011u);
     EXPECT_EQ(r.conns[1].value.subtree_ranks, 0b1100u);
     EXPECT_EQ(r.conns[1].value.child, 1);
+}
+
+TEST(CompileRules, HostOrderAnyTakesHostsOutOfOrderToo) {
+    const std::string text = [] {
+        std::ifstream f(shipped("tree124"));
+        std::stringstream ss;
+        ss << f.rdbuf();
+        return ss.str();
+    }();
+    const Topology strict = Topology::parse(text);
+    EXPECT_EQ(strict.job(1).host_order, topo::HostOrder::Strict) << "the default: RC requesters";
+    const Topology any =
+        Topology::parse(with(text, "    slots: 256", "    host_order: any\n    slots: 256"));
+    ASSERT_EQ(any.job(1).host_order, topo::HostOrder::Any);
+    for (const char *sw : {"s1", "s2"}) {
+        SCOPED_TRACE(sw);
+        const auto s = ctl::rules::compile(strict, plan_tree(strict, 1), sw);
+        const auto a = ctl::rules::compile(any, plan_tree(any, 1), sw);
+        ASSERT_EQ(a.conns.size(), s.conns.size());
+        for (size_t i = 0; i < a.conns.size(); i++) {
+            if (a.conns[i].value.role != INCXDP_ROCE_CHILD)
+                continue;
+            EXPECT_EQ(s.conns[i].value.strict, 1);
+            EXPECT_EQ(a.conns[i].value.strict, 0);
+        }
+    }
 }
 
 TEST(CompileRules, TreeJobsOfAFile) {

@@ -53,6 +53,11 @@ struct RoceConnConfig {
     uint16_t sport = 0;      ///< UDP source port of our frames
     uint32_t pool = 0;       ///< the job's slot pool; window must not exceed it (0: unchecked)
     uint32_t ack_every = 32; ///< AckReq on every this many packets (and before blocking)
+    /// The leaf takes our SENDs in any order within the window (the job's
+    /// `host_order: any`, topology.h) instead of strictly in PSN order. A
+    /// timeout then resends only the frames that are overdue, never the
+    /// window behind them (docs/ROCE.md §4).
+    bool any_order = false;
     /// Zero: the interface's MAC / the neighbour table's entry for switch_ip,
     /// looked up when Communicator(CommConfig) opens the transport.
     std::array<uint8_t, 6> local_mac{}, switch_mac{};

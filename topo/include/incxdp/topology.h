@@ -50,6 +50,16 @@ enum class JobKind { Star, RoceTree };
 
 const char *job_kind_name(JobKind k); // "star", "roce-tree"
 
+/// roce-tree: how the switch a host is attached to takes that host's SENDs
+/// (docs/ROCE.md §3). Strict is what an RC requester (a NIC, Soft-RoCE,
+/// INC_Emulation's hosts) needs: in PSN order, a NAK on a gap, go-back-N.
+/// Any takes them in any order within the window, as from a switch child,
+/// and never NAKs: a lost frame costs one resend of that frame, not of the
+/// window behind it. Only for hosts that recover by results, not ACKs
+/// (hostlib's `roce` transport).
+enum class HostOrder { Strict, Any };
+const char *host_order_name(HostOrder o); // "strict", "any"
+
 struct Job {
     uint32_t id = 0;
     JobKind kind = JobKind::Star;
@@ -60,6 +70,7 @@ struct Job {
     // roce-tree: the PSN every connection's bases derive from (tree.h);
     // none = a default derived from the job id.
     std::optional<uint32_t> start_psn;
+    HostOrder host_order = HostOrder::Strict; // roce-tree only
 };
 
 struct Topology {

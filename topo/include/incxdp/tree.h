@@ -49,6 +49,7 @@ struct TreePlan {
     std::vector<RoceConn> conns;       ///< every connection of the tree
     std::vector<TreeSwitch> switches;  ///< root first, then breadth-first
     std::vector<size_t> host_conn;     ///< rank -> index into conns
+    HostOrder host_order = HostOrder::Strict; ///< the job's (topology.h)
 
     const TreeSwitch &sw(const std::string &name) const; ///< throws TopologyError
     const RoceConn &conn_of_rank(uint32_t rank) const;   ///< throws TopologyError
