@@ -70,7 +70,8 @@ class TreeTopology : public ::testing::Test {
             setup_error_ = "needs root (network namespaces, XDP)";
             return;
         }
-        file_ = topology_file(name);
+        // A shipped topology by name, or a test's own file by path.
+        file_ = name.find('/') == std::string::npos ? topology_file(name) : name;
         prefix_ = tag + std::to_string(getpid()) + "-";
         pin_root_ = "/sys/fs/bpf/incxdp-" + tag + std::to_string(getpid());
         try {
