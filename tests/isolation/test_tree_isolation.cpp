@@ -2,14 +2,16 @@
 // The RoCEv2 tree under hostile input and faults (docs/ROCE.md §3): INC_Emulation's
 // 1-2-4 tree with one more host, x0, below leaf s1 that is no worker
 // (tree124_intruder.yaml). Forged SENDs from x0 never change a result; a
-// killed worker gives the others a clear error, never a hang; the job runs
-// again once reset.
+// killed worker, the switches' engines reloaded mid-run, or a worker
+// restarted alone give clear errors, never a hang or a wrong result; the
+// job runs again once `incxdp rules apply` reset it.
 #include "../e2e/tree_fixture.h"
 
 #include <nlohmann/json.hpp>
 
 #include <functional>
 #include <future>
+#include <thread>
 #include <utility>
 
 namespace incxdp::test {
@@ -22,6 +24,21 @@ class TreeIntruder : public TreeTopology {
         bring_up(std::string(INCXDP_SOURCE_DIR) + "/tests/isolation/tree124_intruder.yaml", "ixi");
     }
     static void TearDownTestSuite() { tear_down(); }
+
+    static bool timed_out_clearly(const proc::ProcResult &r)
+    {
+        return r.status == 1 && r.err.find("timed out") != std::string::npos &&
+               r.err.find("job 1") != std::string::npos;
+    }
+
+    void expect_the_job_runs_again()
+    {
+        ASSERT_EQ(rules_apply().status, 0);
+        auto res = run_with([](size_t r) { return worker(r, "4M", "60"); });
+        for (size_t r = 0; r < ranks_.size(); r++)
+            EXPECT_NE(res[r].out.find("verify OK"), std::string::npos) << "rank " << r << ":\n"
+                                                                      << res[r].out << res[r].err;
+    }
 
     static std::vector<std::string> worker(size_t rank, const std::string &size, const std::string &deadline)
     {
@@ -116,16 +133,65 @@ TEST_F(TreeIntruder, KilledWorkerGivesTheOthersAClearErrorAndTheJobRunsAgain)
     });
     EXPECT_EQ(res[3].status, 128 + 9) << "rank 3 was not killed: " << res[3].out << res[3].err;
     for (size_t r : {0, 1, 2}) {
-        EXPECT_EQ(res[r].status, 1) << "rank " << r << ":\n" << res[r].out << res[r].err;
-        EXPECT_NE(res[r].err.find("timed out"), std::string::npos) << "rank " << r << ": " << res[r].err;
-        EXPECT_NE(res[r].err.find("job 1"), std::string::npos) << "rank " << r << ": " << res[r].err;
+        EXPECT_TRUE(timed_out_clearly(res[r])) << "rank " << r << " status " << res[r].status << ":\n"
+                                               << res[r].out << res[r].err;
         EXPECT_EQ(res[r].out.find("verify FAILED"), std::string::npos) << "rank " << r << ": " << res[r].out;
     }
+    expect_the_job_runs_again();
+}
+
+// Every switch's engine unloaded and loaded again, with its rules, while a
+// 256 MiB AllReduce runs: the connections restart at their first PSN and
+// the slots are empty, so the hosts, far ahead, cannot go on. Every rank
+// stops with a clear timeout (none hangs, none takes a wrong result); the
+// job then runs again from the fresh state (docs/ROCE.md §4).
+TEST_F(TreeIntruder, EnginesReloadedMidRunGiveClearErrorsNeverAWrongResult)
+{
     ASSERT_EQ(rules_apply().status, 0);
-    res = run_with([](size_t r) { return worker(r, "4M", "60"); });
-    for (size_t r = 0; r < ranks_.size(); r++)
-        EXPECT_NE(res[r].out.find("verify OK"), std::string::npos) << "rank " << r << ":\n"
-                                                                  << res[r].out << res[r].err;
+    auto before = stats("s1")["roce_up"];
+    auto workers = std::async(std::launch::async,
+                              [this] { return run_with([](size_t r) { return worker(r, "256M", "3"); }); });
+    // Once results flow (the workers first fill 256 MiB of data).
+    for (int i = 0; i < 600 && stats("s1")["roce_up"] < before + 2000; i++)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_GE(stats("s1")["roce_up"], before + 2000) << "the job never got going";
+    auto clear = cli({"rules", "clear", file_, "--prefix", prefix_, "--pin-root", pin_root_, "--unload"});
+    EXPECT_EQ(clear.status, 0) << clear.err;
+    EXPECT_EQ(rules_apply().status, 0);
+    auto res = workers.get();
+    for (size_t r = 0; r < res.size(); r++) {
+        EXPECT_EQ(res[r].out.find("verify FAILED"), std::string::npos) << "rank " << r << ": " << res[r].out;
+        EXPECT_TRUE(timed_out_clearly(res[r])) << "rank " << r << " status " << res[r].status << ":\n"
+                                               << res[r].out << res[r].err;
+    }
+    expect_the_job_runs_again();
+}
+
+// Documented behaviour (docs/ROCE.md §4): a worker restarted alone starts
+// its connection over at idx 0, which the switch finished long ago; it
+// cannot rejoin, and neither can the others go on without it. Everyone
+// stops with a clear timeout; `incxdp rules apply` and all workers again.
+TEST_F(TreeIntruder, RestartedWorkerAloneCannotRejoinTheRun)
+{
+    ASSERT_EQ(rules_apply().status, 0);
+    auto before = stats("s2")["roce_up"];
+    auto first = std::async(std::launch::async,
+                            [this] { return run_with([](size_t r) { return worker(r, "256M", "3"); }); });
+    // Rank 3 (below s2) is killed once results flow, then started again.
+    for (int i = 0; i < 600 && stats("s2")["roce_up"] < before + 2000; i++)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_GE(stats("s2")["roce_up"], before + 2000) << "the job never got going";
+    proc::run({"pkill", "-KILL", "-f", "incxdp-worker --topo " + file_ + " --job 1 --rank 3 "});
+    auto again = in_node(ranks_[3], worker(3, "256M", "3"));
+    auto res = first.get();
+    EXPECT_EQ(res[3].status, 128 + 9) << "rank 3 was not killed: " << res[3].out << res[3].err;
+    res[3] = again;
+    for (size_t r = 0; r < res.size(); r++) {
+        EXPECT_EQ(res[r].out.find("verify FAILED"), std::string::npos) << "rank " << r << ": " << res[r].out;
+        EXPECT_TRUE(timed_out_clearly(res[r])) << "rank " << r << " status " << res[r].status << ":\n"
+                                               << res[r].out << res[r].err;
+    }
+    expect_the_job_runs_again();
 }
 
 } // namespace
