@@ -7,6 +7,12 @@ CRC-32 (polynomial 0xEDB88320, zlib's crc32) that bpf/lib/icrc.h uses.
 
 T[0] is the classic byte table; T[k][i] = (T[k-1][i] >> 8) ^ T[0][T[k-1][i] & 0xff],
 i.e. the CRC of byte i followed by k zero bytes (Intel's slicing-by-8).
+
+Also the shift operators of CRC combination (zlib's crc32_combine):
+crc(A | B) = mulmod(X[len(B) / 4], crc(A)) ^ crc(B) with X[i] = x^(32 i) mod P,
+for every B of a multiple of 4 bytes up to a frame: the egress program
+checksums a multicast copy from its own headers and the payload's CRC, which
+the ingress program computed once (bpf/lib/icrc.h).
 """
 import sys
 import zlib
@@ -26,6 +32,37 @@ def tables():
         prev = t[-1]
         t.append([(prev[i] >> 8) ^ t0[prev[i] & 0xFF] for i in range(256)])
     return t
+
+
+# The longest ICRC tail (everything after the BTH): a 3520 B frame less
+# Ethernet, IPv4, UDP, BTH and the ICRC (bpf/lib/icrc.h's bound).
+SHIFT_MAX_TAIL = 3520 - 54 - 4
+
+
+def mulmod(a, b):
+    """a * b mod P, both reflected (bit 31 is x^0), as zlib's multmodp."""
+    m, p = 1 << 31, 0
+    while m:
+        if a & m:
+            p ^= b
+        m >>= 1
+        b = (b >> 1) ^ POLY if b & 1 else b >> 1
+    return p
+
+
+def shifts():
+    x = 1 << 30  # x^1
+    x32 = 1 << 31  # x^0
+    for _ in range(32):
+        x32 = mulmod(x32, x)
+    out = [1 << 31]
+    for _ in range(SHIFT_MAX_TAIL // 4):
+        out.append(mulmod(out[-1], x32))
+    a, b = b"header bytes of some frame", bytes(range(200)) * 3 + b"abcd"
+    assert len(b) % 4 == 0
+    assert mulmod(out[len(b) // 4], zlib.crc32(a)) ^ zlib.crc32(b) == zlib.crc32(a + b), \
+        "the shift table disagrees with zlib"
+    return out
 
 
 def self_check(t):
@@ -70,7 +107,15 @@ def main():
     ff8 = zlib.crc32(b"\xff" * 8) ^ 0xFFFFFFFF
     out.write("/* The running CRC (init 0xFFFFFFFF, before the final xor) after 8 x 0xFF:\n")
     out.write(" * where the RoCEv2 ICRC's pseudo header leaves it. */\n")
-    out.write("#define INCXDP_CRC32_AFTER_FF8 0x%08xu\n\n#endif\n" % ff8)
+    out.write("#define INCXDP_CRC32_AFTER_FF8 0x%08xu\n\n" % ff8)
+    x = shifts()
+    out.write("/* x^(32 i) mod P, reflected: crc(A | B) = mulmod(shift[len(B) / 4], crc(A))\n")
+    out.write(" * ^ crc(B) for len(B) a multiple of 4 (zlib's crc32_combine). */\n")
+    out.write("#define INCXDP_CRC32_SHIFT_ENTRIES %d\n" % len(x))
+    out.write("static const __u32 incxdp_crc32_shift4[INCXDP_CRC32_SHIFT_ENTRIES] = {\n")
+    for i in range(0, len(x), 4):
+        out.write("\t%s,\n" % ", ".join("0x%08x" % v for v in x[i:i + 4]))
+    out.write("};\n\n#endif\n")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ struct roce_out {
 	__u16 ip_id;   /* 0, or the job on the multicast template */
 	__u8 opcode;   /* ROCE_OP_ACK or ROCE_OP_SEND_ONLY_IMM */
 	__u8 in_place; /* the payload in the buffer already is the set's values */
+	__u8 from_tail; /* a multicast copy, tail as the template's: ICRC from its CRC */
 };
 
 static __always_inline __u32 roce_out_len(const struct roce_out *o)
@@ -106,6 +107,8 @@ static __always_inline int roce_set_len(struct xdp_md *ctx, __u32 len)
  * packet pointer of the caller is stale after it (bpf_xdp_adjust_tail). The
  * slot is looked up here: a slot holds a bpf_spin_lock, and the verifier
  * refuses memory with a lock in it as a global function's argument.
+ * The template carries the CRC of its tail in the ICRC's place, so that the
+ * egress program only combines it with each copy's headers (icrc.h).
  */
 __attribute__((noinline)) int incxdp_roce_emit(struct xdp_md *ctx, const struct roce_out *o,
 					       const struct incxdp_roce_conn *to)
@@ -134,7 +137,9 @@ __attribute__((noinline)) int incxdp_roce_emit(struct xdp_md *ctx, const struct 
 		agg_store_result(slot->vals[out.set & 1], &k, end);
 	}
 	if (!to)
-		return 0;
+		return icrc_tail_store(ctx);
+	if (out.from_tail)
+		return incxdp_roce_icrc_from_tail(ctx);
 	return icrc_store(ctx);
 }
 
@@ -153,7 +158,8 @@ static __always_inline int roce_reduce_cut(__u32 imm, const struct incxdp_roce_c
 
 /*
  * incxdp_egress_rewrite for RoCE frames. The multicast template (destination
- * QPN 0, idx in the PSN field, the job in the IPv4 ID) is addressed to the
+ * QPN 0, idx in the PSN field, the job in the IPv4 ID, its tail's CRC in the
+ * ICRC's place) is addressed to the
  * child connection behind this port; any other RoCE frame (the aggregate to
  * the parent) leaves as it is. Returns the devmap program's verdict.
  *
@@ -197,6 +203,8 @@ static __always_inline int roce_egress(struct xdp_md *ctx, struct cursor *c, str
 	o.nelems = roce_reduce_cut(o.word, to) ? 0 :
 		   (ulen - sizeof(*udp) - sizeof(*bth) - ROCE_IMM_LEN - ROCE_ICRC_LEN) / 4;
 	o.in_place = 1;
+	/* A cut copy has a tail of its own (just the ImmDt): checksummed whole. */
+	o.from_tail = o.nelems != 0;
 	if (incxdp_roce_emit(ctx, &o, to) < 0)
 		goto drop;
 	stat_inc(INCXDP_STAT_EGRESS_TX);

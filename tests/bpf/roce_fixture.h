@@ -109,6 +109,13 @@ inline uint32_t icrc_ref(const Bytes &f) {
     return uint32_t(crc);
 }
 
+// zlib's CRC-32 of everything after the BTH up to the ICRC: what a
+// multicast template carries in the ICRC's place (bpf/lib/icrc.h).
+inline uint32_t tail_crc(const Bytes &f) {
+    const size_t from = kEth + 20 + 8 + 12;
+    return uint32_t(crc32(0, f.data() + from, uInt(f.size() - from - 4)));
+}
+
 inline uint32_t icrc_in(const Bytes &f) // stored little-endian
 {
     size_t n = f.size();

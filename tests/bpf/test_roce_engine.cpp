@@ -180,6 +180,8 @@ TEST_F(RoceEngineTest, RootCompletionRedirectsTheMulticastTemplate) {
     EXPECT_EQ(o.word, op);
     EXPECT_EQ(get16(r.out, kEth + 4), kJob) << "template: the job in the IPv4 ID";
     EXPECT_EQ(o.vals, ramp(16, 30, 2));
+    EXPECT_EQ(icrc_in(r.out), tail_crc(r.out))
+        << "template: its tail's CRC where the ICRC goes, for the egress program to combine";
     auto s = slot(0);
     EXPECT_TRUE(s.set[0].flags & INCXDP_SET_RESULT) << "at the root the aggregate is the result";
     EXPECT_EQ(s.set[0].remaining, 0u);
@@ -200,6 +202,7 @@ TEST_F(RoceEngineTest, ParentResultIsStoredAndMulticast) {
     EXPECT_EQ(o.psn, 0u);
     EXPECT_EQ(get16(r.out, kEth + 4), kJob);
     EXPECT_EQ(o.vals, result);
+    EXPECT_EQ(icrc_in(r.out), tail_crc(r.out)) << "template: its tail's CRC";
     auto s = slot(0);
     EXPECT_TRUE(s.set[0].flags & INCXDP_SET_RESULT);
     EXPECT_EQ(std::vector<int32_t>(s.vals[0], s.vals[0] + 16), result)
