@@ -230,6 +230,9 @@ __attribute__((noinline)) int incxdp_roce_icrc(struct xdp_md *ctx, int mode)
 /*
  * The ICRC of a multicast copy whose tail is the template's: the last 4
  * bytes hold the tail's CRC (ICRC_TAIL), and are replaced by the ICRC.
+ * The same step the other way: on a frame whose last 4 bytes are its
+ * (checked) ICRC, they become the tail's CRC, as
+ * ICRC = shift(crc(pseudo header)) ^ crc(tail) either way round.
  * Returns -1 if the frame does not have the shape incxdp_roce_icrc needs or
  * its tail is not a multiple of 4 bytes (none of ours), else 0.
  */

@@ -31,6 +31,7 @@ struct roce_out {
 	__u8 opcode;   /* ROCE_OP_ACK or ROCE_OP_SEND_ONLY_IMM */
 	__u8 in_place; /* the payload in the buffer already is the set's values */
 	__u8 from_tail; /* a multicast copy, tail as the template's: ICRC from its CRC */
+	__u8 tail_ready; /* in place, the ICRC's place holds the tail's CRC already */
 };
 
 static __always_inline __u32 roce_out_len(const struct roce_out *o)
@@ -123,10 +124,19 @@ __attribute__((noinline)) int incxdp_roce_emit(struct xdp_md *ctx, const struct 
 		return -1;
 	out = *o;
 	len = roce_out_len(&out);
+	/* The tail's CRC stays valid only if neither length nor ImmDt change. */
+	if (out.tail_ready && (__u32)(ctx->data_end - ctx->data) != len)
+		out.tail_ready = 0;
 	if (roce_set_len(ctx, len) < 0)
 		return -1;
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
+	if (out.tail_ready) {
+		__be32 *w = data + ROCE_HDRS_LEN;
+
+		if ((void *)(w + 1) > end || *w != bpf_htonl(out.word))
+			out.tail_ready = 0;
+	}
 	if (roce_write_hdrs(data, end, to, len, &out) < 0)
 		return -1;
 	if (out.opcode != ROCE_OP_ACK && out.nelems && !out.in_place)
@@ -137,7 +147,7 @@ __attribute__((noinline)) int incxdp_roce_emit(struct xdp_md *ctx, const struct 
 		agg_store_result(slot->vals[out.set & 1], &k, end);
 	}
 	if (!to)
-		return icrc_tail_store(ctx);
+		return out.tail_ready ? 0 : icrc_tail_store(ctx);
 	if (out.from_tail)
 		return incxdp_roce_icrc_from_tail(ctx);
 	return icrc_store(ctx);
