@@ -133,15 +133,21 @@ json plan_json(const topo::Topology &t, const topo::TreePlan &plan, const RulesA
                             {"children", children},
                             {"multicast", group}});
     }
-    return {{"job", plan.job},     {"kind", "roce-tree"},         {"root", plan.root},
-            {"ranks", plan.ranks}, {"host_conn", plan.host_conn}, {"switches", switches},
+    return {{"job", plan.job},
+            {"kind", "roce-tree"},
+            {"root", plan.root},
+            {"host_order", topo::host_order_name(plan.host_order)},
+            {"ranks", plan.ranks},
+            {"host_conn", plan.host_conn},
+            {"switches", switches},
             {"conns", conns}};
 }
 
 void print_plan(const topo::Topology &t, const topo::TreePlan &plan, const RulesArgs &a) {
-    fmt::print("job {} (roce-tree, root {}): {} ranks ({}), {} switches, {} connections\n",
-               plan.job, plan.root, plan.ranks.size(), fmt::join(plan.ranks, " "),
-               plan.switches.size(), plan.conns.size());
+    fmt::print("job {} (roce-tree, root {}, host order {}): {} ranks ({}), {} switches, {} "
+               "connections\n",
+               plan.job, plan.root, topo::host_order_name(plan.host_order), plan.ranks.size(),
+               fmt::join(plan.ranks, " "), plan.switches.size(), plan.conns.size());
     for (const auto &ts : plan.switches) {
         const rules::SwitchRules r = rules::compile(t, plan, ts.name);
         fmt::print("\nswitch {} ({}{}, namespace {}, pins {})\n", ts.name, ts.root ? "root, " : "",
@@ -174,8 +180,8 @@ void print_plan(const topo::Topology &t, const topo::TreePlan &plan, const Rules
             ports.push_back(port);
         fmt::print("  multicast group: {}\n", fmt::join(ports, " "));
     }
-    fmt::print("\n(child N*: a switch below, taken out of order within the window; a host "
-               "child is strict, go-back-N)\n");
+    fmt::print("\n(child N*: frames taken out of order within the window, from a switch below "
+               "or, with host order any, a host; child N: strict, go-back-N)\n");
 }
 
 void cmd_show(const RulesArgs &a, CLI::App *cmd) {

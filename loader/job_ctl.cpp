@@ -47,22 +47,11 @@ incxdp_worker_key worker_key(const WorkerSpec &w)
     return k;
 }
 
-std::map<uint32_t, incxdp_job> active_jobs(const PinnedMaps &m)
-{
-    std::map<uint32_t, incxdp_job> out;
-    for (uint32_t id = 0; id < INCXDP_MAX_JOBS; id++) {
-        incxdp_job j{};
-        if (bpf_map_lookup_elem(m.jobs.get(), &id, &j) == 0 && j.active)
-            out[id] = j;
-    }
-    return out;
-}
-
 // First fit in the shared slot array.
 uint32_t allocate_pool(const PinnedMaps &m, uint32_t size)
 {
     std::vector<std::pair<uint32_t, uint32_t>> used;
-    for (const auto &[id, j] : active_jobs(m))
+    for (const auto &[id, j] : m.active_jobs())
         used.emplace_back(j.pool_base, j.pool_base + j.pool_size);
     std::sort(used.begin(), used.end());
     uint32_t total = m.slot_entries(), at = 0, free_total = 0, largest = 0;
@@ -274,7 +263,7 @@ std::vector<JobInfo> job_list(const std::string &pin_dir)
         w.iface = same_netns ? ifname_of(v.ifindex) : fmt::format("ifindex {}", v.ifindex);
         workers[v.job].push_back(w);
     }
-    for (const auto &[id, j] : active_jobs(m)) {
+    for (const auto &[id, j] : m.active_jobs()) {
         JobInfo info;
         info.id = id;
         info.kind = j.kind;

@@ -133,6 +133,17 @@ void PinnedMaps::require_same_netns(const std::string &action) const
                                    action, dir, there.str(), here.str()));
 }
 
+std::map<uint32_t, incxdp_job> PinnedMaps::active_jobs() const
+{
+    std::map<uint32_t, incxdp_job> out;
+    for (uint32_t id = 0; id < INCXDP_MAX_JOBS; id++) {
+        incxdp_job j{};
+        if (bpf_map_lookup_elem(jobs.get(), &id, &j) == 0 && j.active)
+            out[id] = j;
+    }
+    return out;
+}
+
 uint32_t PinnedMaps::slot_entries() const
 {
     struct bpf_map_info info {};

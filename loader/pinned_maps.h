@@ -7,6 +7,7 @@
 
 #include <bpf/bpf.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,8 @@ struct PinnedMaps {
     // True if the directory holds incxdp's pins.
     static bool present(const std::string &dir);
     uint32_t slot_entries() const;
+    // Every active job in incxdp_jobs, by id.
+    std::map<uint32_t, incxdp_job> active_jobs() const;
     // Where the engine was loaded (incxdp_info).
     NetnsId loaded_in() const;
     // Throws CtlError naming both namespaces unless this process is in the

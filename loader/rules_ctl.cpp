@@ -95,21 +95,11 @@ class Journal {
     bool committed_ = false;
 };
 
-std::map<uint32_t, incxdp_job> active_jobs(const PinnedMaps &m) {
-    std::map<uint32_t, incxdp_job> out;
-    for (uint32_t id = 0; id < INCXDP_MAX_JOBS; id++) {
-        incxdp_job j{};
-        if (bpf_map_lookup_elem(m.jobs.get(), &id, &j) == 0 && j.active)
-            out[id] = j;
-    }
-    return out;
-}
-
 // The planned range if it is free, else the first free range (what job_add
 // does), so a file whose jobs were installed in another order still works.
 uint32_t choose_pool(const PinnedMaps &m, uint32_t job, uint32_t planned, uint32_t size) {
     std::vector<std::pair<uint32_t, uint32_t>> used;
-    for (const auto &[id, j] : active_jobs(m))
+    for (const auto &[id, j] : m.active_jobs())
         if (id != job)
             used.emplace_back(j.pool_base, j.pool_base + j.pool_size);
     std::sort(used.begin(), used.end());
@@ -349,7 +339,7 @@ Cleared clear_switch(uint32_t job, const std::string &sw, const std::string &dir
     if (j.active)
         zero_slots(m, j.pool_base, j.pool_size);
     if (unload_after) {
-        const auto others = active_jobs(m);
+        const auto others = m.active_jobs();
         if (!others.empty()) {
             out.note = fmt::format("engine kept: it still has {} active job(s)", others.size());
         } else {

@@ -298,11 +298,8 @@ static __always_inline void roce_from_parent(struct xdp_md *ctx, const struct ro
 		conn->imm = q->imm;
 	plan_set(pl, INCXDP_STAT_ROCE_DOWN, RTX_DOWN, &q->v, q->idx, q->set, q->slot);
 	pl->o.ip_id = (__u16)conn->job;
-	/* With ImmDt the payload already sits where the template has it, and
-	 * so does the tail's CRC once the checked ICRC is turned into it with
-	 * these (the parent's) headers: no pass over the payload here. */
+	/* With ImmDt the payload already sits where the template has it. */
 	pl->o.in_place = r->has_imm;
-	pl->o.tail_ready = r->has_imm && incxdp_roce_icrc_from_tail(ctx) == 0;
 	/* No child sits behind the parent's port. */
 	pl->bcast_flags = BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS;
 }

@@ -30,8 +30,6 @@ struct roce_out {
 	__u16 ip_id;   /* 0, or the job on the multicast template */
 	__u8 opcode;   /* ROCE_OP_ACK or ROCE_OP_SEND_ONLY_IMM */
 	__u8 in_place; /* the payload in the buffer already is the set's values */
-	__u8 from_tail; /* a multicast copy, tail as the template's: ICRC from its CRC */
-	__u8 tail_ready; /* in place, the ICRC's place holds the tail's CRC already */
 };
 
 static __always_inline __u32 roce_out_len(const struct roce_out *o)
@@ -118,24 +116,28 @@ __attribute__((noinline)) int incxdp_roce_emit(struct xdp_md *ctx, const struct 
 	struct contrib k = {};
 	struct incxdp_slot *slot = NULL;
 	void *data, *end;
+	int tail_ready;
 	__u32 len;
 
 	if (!o)
 		return -1;
 	out = *o;
 	len = roce_out_len(&out);
-	/* The tail's CRC stays valid only if neither length nor ImmDt change. */
-	if (out.tail_ready && (__u32)(ctx->data_end - ctx->data) != len)
-		out.tail_ready = 0;
+	/* A template in place is the parent's result frame, with the parent's
+	 * headers and the ICRC ingress checked: that turns into the tail's
+	 * CRC without a pass over the payload (icrc.h), if length and ImmDt
+	 * stay what they are. */
+	tail_ready = !to && out.in_place && (__u32)(ctx->data_end - ctx->data) == len &&
+		     incxdp_roce_icrc_from_tail(ctx) == 0;
 	if (roce_set_len(ctx, len) < 0)
 		return -1;
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
-	if (out.tail_ready) {
+	if (tail_ready) {
 		__be32 *w = data + ROCE_HDRS_LEN;
 
 		if ((void *)(w + 1) > end || *w != bpf_htonl(out.word))
-			out.tail_ready = 0;
+			tail_ready = 0;
 	}
 	if (roce_write_hdrs(data, end, to, len, &out) < 0)
 		return -1;
@@ -147,8 +149,10 @@ __attribute__((noinline)) int incxdp_roce_emit(struct xdp_md *ctx, const struct 
 		agg_store_result(slot->vals[out.set & 1], &k, end);
 	}
 	if (!to)
-		return out.tail_ready ? 0 : icrc_tail_store(ctx);
-	if (out.from_tail)
+		return tail_ready ? 0 : icrc_tail_store(ctx);
+	/* In place with a payload: a multicast copy, whose tail is the
+	 * template's (a Reduce-cut copy has a tail of its own, just the ImmDt). */
+	if (out.in_place && out.nelems)
 		return incxdp_roce_icrc_from_tail(ctx);
 	return icrc_store(ctx);
 }
@@ -213,8 +217,6 @@ static __always_inline int roce_egress(struct xdp_md *ctx, struct cursor *c, str
 	o.nelems = roce_reduce_cut(o.word, to) ? 0 :
 		   (ulen - sizeof(*udp) - sizeof(*bth) - ROCE_IMM_LEN - ROCE_ICRC_LEN) / 4;
 	o.in_place = 1;
-	/* A cut copy has a tail of its own (just the ImmDt): checksummed whole. */
-	o.from_tail = o.nelems != 0;
 	if (incxdp_roce_emit(ctx, &o, to) < 0)
 		goto drop;
 	stat_inc(INCXDP_STAT_EGRESS_TX);

@@ -6,9 +6,20 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 
 namespace incxdp::test {
+
+/// The whole file (e.g. a shipped topology to edit); "" if it cannot be read.
+inline std::string read_text(const std::string &path)
+{
+    std::ifstream f(path);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+}
 
 /// `s` with the first `from` replaced by `to`; a missing `from` fails the test.
 inline std::string with(std::string s, const std::string &from, const std::string &to)

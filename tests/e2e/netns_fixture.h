@@ -30,6 +30,14 @@ inline std::string topology_file(const std::string &name)
     return std::string(INCXDP_SOURCE_DIR) + "/topo/topologies/" + name + ".yaml";
 }
 
+// A worker that gave up with the library's timeout error (exit 1, the
+// message naming the job), as it must when its peers or switch go away.
+inline bool timed_out_clearly(const proc::ProcResult &r, uint32_t job = 1)
+{
+    return r.status == 1 && r.err.find("timed out") != std::string::npos &&
+           r.err.find("job " + std::to_string(job)) != std::string::npos;
+}
+
 class NetnsTopology : public ::testing::Test {
   protected:
     static inline std::string topo_file_;

@@ -5,12 +5,11 @@
 // frames captured on every link are checked by independent tools (scapy's
 // ICRC, tshark's BTH decoder).
 #include "tree_fixture.h"
+#include "../common/yaml_edit.h"
 
 #include <csignal>
-#include <functional>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <thread>
 
 namespace incxdp::test {
@@ -32,6 +31,49 @@ class Tree124 : public TreeTopology {
             }
         }
     }
+
+    // `incxdp chaos --all-links --xdp ARGS` on every link of the topology.
+    proc::ProcResult chaos(const std::vector<std::string> &args)
+    {
+        std::vector<std::string> argv = {"chaos", "--topo", file_, "--prefix", prefix_, "--all-links", "--xdp"};
+        argv.insert(argv.end(), args.begin(), args.end());
+        return cli(argv);
+    }
+
+    // 5% loss, 1% duplication and 1% reordering on both ends of every link
+    // while it lives; off again whatever happens.
+    struct FaultsOnEveryLink {
+        Tree124 *t;
+        ~FaultsOnEveryLink()
+        {
+            auto r = t->chaos({"--off"});
+            EXPECT_EQ(r.status, 0) << "chaos --off: " << r.err;
+        }
+    };
+    FaultsOnEveryLink faults_on_every_link()
+    {
+        auto r = chaos({"--loss", "5%", "--dup", "1%", "--reorder", "1%"});
+        EXPECT_EQ(r.status, 0) << r.err;
+        return {this};
+    }
+
+    // AllReduces of these sizes, each verified by every rank; every rank of
+    // every run but the 4 B one (whose single frame may get through
+    // untouched) must have retransmitted.
+    void allreduce_retransmitting(std::initializer_list<const char *> sizes)
+    {
+        for (const char *size : sizes) {
+            auto res = run({"allreduce", size});
+            if (std::string(size) == "4")
+                continue;
+            for (size_t rank = 0; rank < res.size(); rank++) {
+                auto at = res[rank].out.find("retx ");
+                ASSERT_NE(at, std::string::npos) << res[rank].out;
+                EXPECT_GT(std::stoull(res[rank].out.substr(at + 5)), 0u)
+                    << size << ", rank " << rank << ": no retransmission under 5% loss:\n" << res[rank].out;
+            }
+        }
+    }
 };
 
 TEST_F(Tree124, AllReduceInt32SumUpTo64MiB)
@@ -49,35 +91,11 @@ TEST_F(Tree124, AllReduceInt32SumUpTo64MiB)
 // have faulted frames.
 TEST_F(Tree124, AllReduceBitExactUnderLossDuplicationAndReorderingOnEveryLink)
 {
-    const std::vector<std::string> all = {"chaos", "--topo", file_, "--prefix", prefix_, "--all-links", "--xdp"};
-    auto with = [&](std::vector<std::string> extra) {
-        auto v = all;
-        v.insert(v.end(), extra.begin(), extra.end());
-        return v;
-    };
-    struct Off {
-        std::function<void()> fn;
-        ~Off() { fn(); }
-    } off{[&] {
-        auto r = cli(with({"--off"}));
-        EXPECT_EQ(r.status, 0) << "chaos --off: " << r.err;
-    }};
-    auto r = cli(with({"--loss", "5%", "--dup", "1%", "--reorder", "1%"}));
-    ASSERT_EQ(r.status, 0) << r.err;
+    auto faults = faults_on_every_link();
+    ASSERT_FALSE(HasFailure());
+    allreduce_retransmitting({"4", "1M", "64M"});
 
-    for (const char *size : {"4", "1M", "64M"}) {
-        auto res = run({"allreduce", size});
-        if (std::string(size) == "4")
-            continue; // one frame per rank may well get through untouched
-        for (size_t rank = 0; rank < res.size(); rank++) {
-            auto at = res[rank].out.find("retx ");
-            ASSERT_NE(at, std::string::npos) << res[rank].out;
-            EXPECT_GT(std::stoull(res[rank].out.substr(at + 5)), 0u)
-                << size << ", rank " << rank << ": no retransmission under 5% loss:\n" << res[rank].out;
-        }
-    }
-
-    r = cli(with({"-j"}));
+    auto r = chaos({"-j"});
     ASSERT_EQ(r.status, 0) << r.err;
     auto hooks = nlohmann::json::parse(r.out);
     ASSERT_EQ(hooks.size(), 12u) << "6 links, 2 receiving ends each:\n" << hooks.dump(2);
@@ -108,16 +126,7 @@ TEST_F(Tree124, AllReduceBitExactUnderLossDuplicationAndReorderingOnEveryLink)
 TEST_F(Tree124, AllReduceBitExactUnderLossUpTo256MiBWithHostsInAnyOrder)
 {
     namespace fs = std::filesystem;
-    std::string text;
-    {
-        std::ifstream in(file_);
-        std::stringstream ss;
-        ss << in.rdbuf();
-        text = ss.str();
-    }
-    const std::string marker = "    start_psn:";
-    ASSERT_NE(text.find(marker), std::string::npos) << file_;
-    text.replace(text.find(marker), marker.size(), "    host_order: any\n" + marker);
+    const std::string text = with(read_text(file_), "    start_psn:", "    host_order: any\n    start_psn:");
     const fs::path any = fs::temp_directory_path() / ("incxdp-tree124-any-" + std::to_string(getpid()) + ".yaml");
     std::ofstream(any) << text;
     struct Restore {
@@ -131,36 +140,12 @@ TEST_F(Tree124, AllReduceBitExactUnderLossUpTo256MiBWithHostsInAnyOrder)
     } restore{file_, any};
     file_ = any.string();
 
-    const std::vector<std::string> all = {"chaos", "--topo", file_, "--prefix", prefix_, "--all-links", "--xdp"};
-    struct Off {
-        std::vector<std::string> argv;
-        ~Off()
-        {
-            argv.push_back("--off");
-            auto r = cli(argv);
-            EXPECT_EQ(r.status, 0) << "chaos --off: " << r.err;
-        }
-    } off{all};
-    auto with = all;
-    for (const char *a : {"--loss", "5%", "--dup", "1%", "--reorder", "1%"})
-        with.push_back(a);
-    auto r = cli(with);
-    ASSERT_EQ(r.status, 0) << r.err;
-
+    auto faults = faults_on_every_link();
+    ASSERT_FALSE(HasFailure());
     std::map<std::string, uint64_t> naks_before;
     for (const auto &sw : switches_)
         naks_before[sw] = stats(sw)["roce_nak"];
-    for (const char *size : {"4", "1M", "256M"}) {
-        auto res = run({"allreduce", size});
-        if (std::string(size) == "4")
-            continue;
-        for (size_t rank = 0; rank < res.size(); rank++) {
-            auto at = res[rank].out.find("retx ");
-            ASSERT_NE(at, std::string::npos) << res[rank].out;
-            EXPECT_GT(std::stoull(res[rank].out.substr(at + 5)), 0u)
-                << size << ", rank " << rank << ": no retransmission under 5% loss:\n" << res[rank].out;
-        }
-    }
+    allreduce_retransmitting({"4", "1M", "256M"});
     for (const auto &sw : switches_) {
         auto st = stats(sw);
         EXPECT_EQ(st["roce_nak"], naks_before[sw]) << sw << ": a NAK with host_order: any";

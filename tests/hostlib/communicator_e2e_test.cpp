@@ -4,6 +4,7 @@
 // duplication and late replays. No timing assertions.
 #include "ref_switch.h"
 #include "parallel_ranks.h"
+#include "test_data.h"
 
 #include <incxdp/communicator.h>
 #include <incxdp/quantize.h>
@@ -113,31 +114,6 @@ class Cluster {
     std::vector<uint16_t> ports_;
     std::vector<std::unique_ptr<Communicator>> comms_;
 };
-
-std::vector<int32_t> int_data(uint32_t rank, size_t n, uint64_t salt) {
-    std::mt19937_64 rng(salt * 1000003 + rank);
-    std::vector<int32_t> v(n);
-    for (auto &x : v)
-        x = int32_t(uint32_t(rng()));
-    return v;
-}
-
-// Blocks of 64 elements share a random magnitude in 2^[-30, 30]; some
-// blocks are all zero, some ranks' blocks are negative-only.
-std::vector<float> float_data(uint32_t rank, size_t n, uint64_t salt) {
-    std::mt19937_64 rng(salt * 7919 + rank);
-    std::uniform_real_distribution<double> u(-1.0, 1.0);
-    std::vector<float> v(n);
-    for (size_t b = 0; b < n; b += 64) {
-        int e = int(rng() % 61) - 30;
-        int kind = int(rng() % 8);
-        for (size_t i = b; i < std::min(n, b + 64); ++i) {
-            double x = std::ldexp(u(rng), e);
-            v[i] = kind == 0 ? 0.0f : kind == 1 ? -float(std::fabs(x)) : float(x);
-        }
-    }
-    return v;
-}
 
 // Runs one collective on every rank and checks every rank's result.
 void check_allreduce(Cluster &cl, DType dtype, ReduceOp op, size_t count, uint64_t salt,

@@ -7,6 +7,8 @@
 // wrapping at 2^24, ICRC errors, stalls. No timing assertions.
 #include "roce_soft_switch.h"
 #include "parallel_ranks.h"
+#include "test_data.h"
+#include "../common/yaml_edit.h"
 
 #include <incxdp/communicator.h>
 #include <incxdp/quantize.h>
@@ -19,11 +21,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <random>
-#include <sstream>
 #include <thread>
 
 using namespace incxdp;
@@ -112,34 +112,6 @@ class RoceCluster {
     SoftRoceNet net_;
     std::vector<std::unique_ptr<Communicator>> comms_;
 };
-
-std::vector<int32_t> int_data(uint32_t rank, size_t n, uint64_t salt) {
-    std::mt19937_64 rng(salt * 1000003 + rank);
-    std::vector<int32_t> v(n);
-    for (auto &x : v)
-        x = int32_t(uint32_t(rng()));
-    return v;
-}
-
-// Blocks of 64 share a magnitude in 2^[-30, 30]; some all zero, some
-// negative only, some -0.0.
-std::vector<float> float_data(uint32_t rank, size_t n, uint64_t salt) {
-    std::mt19937_64 rng(salt * 7919 + rank);
-    std::uniform_real_distribution<double> u(-1.0, 1.0);
-    std::vector<float> v(n);
-    for (size_t b = 0; b < n; b += 64) {
-        int e = int(rng() % 61) - 30;
-        int kind = int(rng() % 8);
-        for (size_t i = b; i < std::min(n, b + 64); ++i) {
-            double x = std::ldexp(u(rng), e);
-            v[i] = kind == 0   ? 0.0f
-                   : kind == 1 ? -float(std::fabs(x))
-                   : kind == 2 ? -0.0f
-                               : float(x);
-        }
-    }
-    return v;
-}
 
 int32_t int_reduce(ReduceOp op, const std::vector<std::vector<int32_t>> &in, size_t i) {
     uint32_t sum = 0;
@@ -315,15 +287,21 @@ TEST(RoceEngine, IncEmulationsOneKilobytePackets) {
     expect_switch_clean(cl.net().counters());
 }
 
-TEST(RoceEngine, GoBackNUnderFivePercentLoss) {
+// 5% loss and 1% duplication each way, 2% of results late, a fixed seed.
+static RoceOptions five_percent_loss(bool any_order) {
     RoceOptions o;
     o.sw.drop_up = o.sw.drop_down = 0.05;
     o.sw.dup_up = o.sw.dup_down = 0.01;
     o.sw.late_down = 0.02;
     o.sw.seed = 7;
+    o.sw.any_order = any_order;
     o.timeout = std::chrono::milliseconds(4);
     o.max_timeout = std::chrono::milliseconds(40);
-    RoceCluster cl(o);
+    return o;
+}
+
+TEST(RoceEngine, GoBackNUnderFivePercentLoss) {
+    RoceCluster cl(five_percent_loss(false));
     run_matrix(cl, true);
     auto sc = cl.net().counters();
     expect_switch_clean(sc);
@@ -343,24 +321,13 @@ TEST(RoceEngine, GoBackNUnderFivePercentLoss) {
 // only the overdue frames, and fewer frames go twice than with go-back-N
 // on the same seed (here ≈3.9k against ≈11k).
 TEST(RoceEngine, AnyOrderResendsOnlyWhatIsMissingUnderFivePercentLoss) {
-    auto faults = [](bool any) {
-        RoceOptions o;
-        o.sw.drop_up = o.sw.drop_down = 0.05;
-        o.sw.dup_up = o.sw.dup_down = 0.01;
-        o.sw.late_down = 0.02;
-        o.sw.seed = 7;
-        o.sw.any_order = any;
-        o.timeout = std::chrono::milliseconds(4);
-        o.max_timeout = std::chrono::milliseconds(40);
-        return o;
-    };
     uint64_t strict_retx = 0;
     {
-        RoceCluster cl(faults(false));
+        RoceCluster cl(five_percent_loss(false));
         run_matrix(cl, true);
         strict_retx = cl.total().retransmissions;
     }
-    RoceCluster cl(faults(true));
+    RoceCluster cl(five_percent_loss(true));
     run_matrix(cl, true);
     auto sc = cl.net().counters();
     expect_switch_clean(sc);
@@ -387,13 +354,7 @@ TEST(RoceEngine, ConfigFromTopologyFollowsTheJobsHostOrder) {
     EXPECT_FALSE(strict.roce.any_order);
     EXPECT_EQ(strict.timeout, std::chrono::milliseconds(50));
 
-    std::ifstream in(shipped);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    std::string text = ss.str();
-    const std::string key = "    start_psn:";
-    ASSERT_NE(text.find(key), std::string::npos);
-    text.replace(text.find(key), key.size(), "    host_order: any\n" + key);
+    const std::string text = with(read_text(shipped), "    start_psn:", "    host_order: any\n    start_psn:");
     const fs::path tmp =
         fs::temp_directory_path() / ("incxdp-any-" + std::to_string(::getpid()) + ".yaml");
     std::ofstream(tmp) << text;

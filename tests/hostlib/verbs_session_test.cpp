@@ -6,6 +6,7 @@
 // saying why, without one. There, a second RC QP on the same port plays the
 // switch: it takes each SEND_WITH_IMM and answers with the payload + 1.
 #include "verbs_session.h"
+#include "../common/yaml_edit.h"
 
 #include <incxdp/topology.h>
 #include <incxdp/tree.h>
@@ -38,15 +39,8 @@ namespace {
 
 constexpr uint32_t kImmMask = 0xFFFFFF00u; // the reserved low byte is always 0
 
-std::string read_text(const std::string &path) {
-    std::ifstream f(path);
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
-}
-
 topo::Topology tree124(std::optional<uint32_t> start_psn = std::nullopt) {
-    std::string yaml = read_text(std::string(INCXDP_SOURCE_DIR) + "/topo/topologies/tree124.yaml");
+    std::string yaml = test::read_text(std::string(INCXDP_SOURCE_DIR) + "/topo/topologies/tree124.yaml");
     if (start_psn) {
         // The shipped file has its own start_psn line: replace its value.
         const std::string key = "    start_psn: ";

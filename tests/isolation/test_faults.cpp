@@ -27,12 +27,6 @@ class Faults : public StarTopology {
         return argv;
     }
 
-    static bool timed_out_clearly(const proc::ProcResult &r)
-    {
-        return r.status == 1 && r.err.find("timed out") != std::string::npos &&
-               r.err.find("job 1") != std::string::npos;
-    }
-
     static bool wrong_result(const proc::ProcResult &r) { return r.out.find("verify FAILED") != std::string::npos; }
 
     uint64_t completed()

@@ -25,12 +25,6 @@ class TreeIntruder : public TreeTopology {
     }
     static void TearDownTestSuite() { tear_down(); }
 
-    static bool timed_out_clearly(const proc::ProcResult &r)
-    {
-        return r.status == 1 && r.err.find("timed out") != std::string::npos &&
-               r.err.find("job 1") != std::string::npos;
-    }
-
     void expect_the_job_runs_again()
     {
         ASSERT_EQ(rules_apply().status, 0);

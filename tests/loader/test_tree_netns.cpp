@@ -481,6 +481,7 @@ TEST_F(TreeRulesNetns, ShowPrintsThePlanWithoutAKernel) {
     const json &job = j.at("jobs")[0];
     EXPECT_EQ(job.at("ranks"), json({"h0", "h1", "h2", "h3"}));
     EXPECT_EQ(job.at("root"), "s0");
+    EXPECT_EQ(job.at("host_order"), "strict");
     ASSERT_EQ(job.at("switches").size(), 3u);
     const json &s1 = job.at("switches")[1];
     EXPECT_EQ(s1.at("name"), "s1");
@@ -494,6 +495,7 @@ TEST_F(TreeRulesNetns, ShowPrintsThePlanWithoutAKernel) {
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_NE(r.out.find("switch s0 (root, 10.79.0.250, namespace " + ns("s0")), std::string::npos)
         << r.out;
+    EXPECT_NE(r.out.find("(roce-tree, root s0, host order strict)"), std::string::npos) << r.out;
     r = cli({"rules", "show", std::string(INCXDP_SOURCE_DIR) + "/topo/topologies/star.yaml"});
     EXPECT_NE(r.status, 0);
     EXPECT_NE(r.err.find("has no roce-tree job"), std::string::npos) << r.err;

@@ -11,8 +11,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <set>
 
 namespace incxdp {
@@ -24,6 +22,7 @@ using topo::Topology;
 using topo::TopologyError;
 using topo::TreePlan;
 using test::parse_error;
+using test::read_text;
 using test::with;
 
 std::string shipped(const char *name) {
@@ -507,12 +506,7 @@ TEST(CompileRules, RootTakesSwitchChildrenOutOfOrder) {
 }
 
 TEST(CompileRules, HostOrderAnyTakesHostsOutOfOrderToo) {
-    const std::string text = [] {
-        std::ifstream f(shipped("tree124"));
-        std::stringstream ss;
-        ss << f.rdbuf();
-        return ss.str();
-    }();
+    const std::string text = read_text(shipped("tree124"));
     const Topology strict = Topology::parse(text);
     EXPECT_EQ(strict.job(1).host_order, topo::HostOrder::Strict) << "the default: RC requesters";
     const Topology any =
