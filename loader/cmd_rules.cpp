@@ -31,6 +31,8 @@ struct RulesArgs {
     std::string mode = "native";
     bool skb = false;
     bool unload = false;
+    uint32_t rank = 0; ///< set-qpn
+    uint32_t qpn = 0;  ///< set-qpn
 };
 
 std::string hex24(uint32_t v) {
@@ -275,6 +277,23 @@ void cmd_clear(const RulesArgs &a, CLI::App *cmd) {
     }
 }
 
+void cmd_set_qpn(const RulesArgs &a, CLI::App *cmd) {
+    set_library_verbosity(a.flags.verbose);
+    const topo::Topology t = load_topology(a.file);
+    const rules::QpnSet d = rules::set_qpn(t, options(a, cmd), a.job, a.rank, a.qpn);
+    if (a.flags.json) {
+        std::cout << json{{"job", d.job},         {"rank", d.rank},
+                          {"host", d.host},       {"switch", d.sw},
+                          {"pin_dir", d.pin_dir}, {"switch_qpn", d.switch_qpn},
+                          {"old_qpn", d.old_qpn}, {"qpn", d.qpn}}
+                         .dump(2)
+                  << "\n";
+        return;
+    }
+    fmt::print("job {} rank {} ({}): switch {} sends to QPN {} on connection {} (was {})\n", d.job,
+               d.rank, d.host, d.sw, hex24(d.qpn), hex24(d.switch_qpn), hex24(d.old_qpn));
+}
+
 CLI::App *add_sub(CLI::App *parent, const char *name, const char *help, RulesArgs &a) {
     CLI::App *cmd = parent->add_subcommand(name, help);
     add_common_flags(cmd, a.flags);
@@ -327,6 +346,18 @@ void add_rules_command(CLI::App &app) {
     cl->add_flag("--unload", clear->unload,
                  "then unload each of those engines that has no active job left (pins removed)");
     cl->callback([clear, cl] { cmd_clear(*clear, cl); });
+
+    auto setq = std::make_shared<RulesArgs>();
+    auto *sq = add_sub(cmd, "set-qpn",
+                       "tell a rank's leaf switch the QPN its RDMA device gave the rank's QP "
+                       "(incxdp-worker --transport verbs --publish-qpn runs this): after apply, "
+                       "before the rank's first packet",
+                       *setq);
+    sq->get_option("--job")->required()->description("the roce-tree job");
+    sq->add_option("--rank", setq->rank, "rank of the job")->required();
+    sq->add_option("--qpn", setq->qpn, "the QPN the device assigned (decimal or 0x hex)")
+        ->required();
+    sq->callback([setq, sq] { cmd_set_qpn(*setq, sq); });
 }
 
 } // namespace incxdp::cli

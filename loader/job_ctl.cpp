@@ -351,6 +351,9 @@ size_t reset_conns(uint32_t job, const std::string &pin_dir)
         v.msn = 0;
         v.imm = 0;
         v.nak_sent = 0;
+        v.peer_acked = 0;
+        v.peer_resend = 0;
+        v.acked_up = 0;
         if (bpf_map_update_elem(fd.get(), &k, &v, BPF_EXIST) != 0)
             throw CtlError(errno_msg(fmt::format("job {}: cannot reset connection QPN 0x{:06x}", job, k.qpn), errno));
         n++;

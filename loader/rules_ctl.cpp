@@ -3,6 +3,7 @@
 // switch, and installed on each switch's engine from inside its namespace.
 // What SwitchML's controller would write into Tofino tables per job, with
 // RC connections instead of a worker table.
+#include <incxdp/roce.h>
 #include <incxdp/rules_ctl.h>
 
 #include "pinned_maps.h"
@@ -527,6 +528,59 @@ std::vector<Cleared> clear(const topo::Topology &t, const Options &o) {
             out.push_back(std::move(c));
         },
         [] { return std::string(); });
+    return out;
+}
+
+QpnSet set_qpn(const topo::Topology &t, const Options &o, uint32_t job, uint32_t rank,
+               uint32_t qpn) {
+    if (qpn == 0 || qpn > ROCE_QPN_MASK)
+        throw CtlError(fmt::format("rules set-qpn: QPN {:#x} is not in 1..0xffffff", qpn));
+    tree_jobs(t, job); // a roce-tree job of the file
+    topo::TreePlan plan;
+    try {
+        plan = topo::plan_tree(t, job);
+    } catch (const topo::TopologyError &e) {
+        throw CtlError(e.what());
+    }
+    if (rank >= plan.ranks.size())
+        throw CtlError(fmt::format("rules set-qpn: job {} has {} ranks, there is no rank {}", job,
+                                   plan.ranks.size(), rank));
+    const topo::RoceConn &c = plan.conn_of_rank(rank);
+    QpnSet out;
+    out.job = job;
+    out.rank = rank;
+    out.host = c.child;
+    out.sw = c.parent;
+    out.netns = topo::netns_name(o.prefix, c.parent);
+    out.pin_dir = topo::switch_pin_dir(o.pin_root, o.prefix, c.parent);
+    out.switch_qpn = c.parent_qpn;
+    out.qpn = qpn;
+    try {
+        in_netns(out.netns, [&] {
+            if (!PinnedMaps::present(out.pin_dir))
+                throw CtlError("no engine is loaded there: apply the job first ('incxdp rules "
+                               "apply')");
+            Fd conns = open_conns(out.pin_dir);
+            incxdp_roce_conn_key k{c.parent_qpn};
+            incxdp_roce_conn v{};
+            if (bpf_map_lookup_elem(conns.get(), &k, &v) != 0 || v.job != job ||
+                v.role != INCXDP_ROCE_CHILD)
+                throw CtlError(fmt::format("no connection {} of job {} to {} there: apply the "
+                                           "job first ('incxdp rules apply')",
+                                           qpn_str(c.parent_qpn), job, c.child));
+            out.old_qpn = v.peer_qpn;
+            v.peer_qpn = qpn;
+            if (bpf_map_update_elem(conns.get(), &k, &v, BPF_EXIST) != 0)
+                throw CtlError(errno_msg(
+                    fmt::format("cannot update connection {} in map {}", qpn_str(c.parent_qpn),
+                                INCXDP_MAP_ROCE_CONNS),
+                    errno));
+        });
+    } catch (const std::exception &e) {
+        throw CtlError(fmt::format("rules set-qpn: job {} rank {} ({}) on switch {} (namespace {}, "
+                                   "pins {}): {}",
+                                   job, rank, c.child, c.parent, out.netns, out.pin_dir, e.what()));
+    }
     return out;
 }
 

@@ -21,6 +21,7 @@ constexpr const char *kNames[] = {
     "roce_malformed", "roce_bad_icrc", "roce_unknown_qp", "roce_absorbed", "roce_ack", "roce_nak",
     "roce_ahead_drop", "roce_up", "roce_down", "roce_dup_ack", "roce_dup_result", "roce_dup_up",
     "roce_stale", "roce_mismatch", "roce_peer_ack", "roce_peer_nak",
+    "roce_peer_resend", "roce_late_ack",
     "chaos", // taken by `incxdp chaos --xdp` (docs/CHAOS.md)
     "redirect_fail", "egress_tx", "egress_drop",
 };

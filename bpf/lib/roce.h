@@ -184,8 +184,45 @@ static __always_inline void plan_set(struct roce_plan *pl, __u32 stat, __u32 tx,
 	pl->o.slot = slot;
 }
 
+/* Whether a strict peer ACKed the result of idx on our stream. */
+static __always_inline int roce_peer_has(const struct incxdp_roce_conn *conn, __u32 idx)
+{
+	return conn->strict && roce_psn_diff(conn->peer_acked, idx) > 0;
+}
+
+/* Idx + 1 of the peer's last SEND we took, mod 2^24. */
+static __always_inline __u32 roce_taken(const struct incxdp_roce_conn *conn)
+{
+	return (conn->epsn - conn->rx_base) & ROCE_PSN_MASK;
+}
+
+/*
+ * Idx + 1 of the last of the peer's SENDs to ACK: all it sent and we took,
+ * but for a peer that ACKs our results (an RC device) only those whose
+ * results it has. A device resends what is not ACKed when its timer runs
+ * out, and such a duplicate, full-sized, gets its result back; that is how
+ * it recovers results it dropped after a gap, wherever the switch cannot
+ * grow its small NAK or ACK into a result (skb-built frames on veth).
+ */
+static __always_inline __u32 roce_ack_upto(const struct incxdp_roce_conn *conn)
+{
+	__u32 taken = roce_taken(conn);
+
+	if (conn->peer_acked && roce_psn_diff(conn->peer_acked, taken) < 0)
+		return conn->peer_acked;
+	return taken;
+}
+
+/* A cumulative ACK of the peer's SENDs up to roce_ack_upto(). */
+static __always_inline void plan_ack_taken(struct roce_plan *pl, struct incxdp_roce_conn *conn,
+					   __u32 stat)
+{
+	conn->acked_up = roce_ack_upto(conn);
+	plan_ack(pl, stat, ROCE_AETH_ACK, conn->rx_base + conn->acked_up - 1, conn->msn);
+}
+
 /* A contribution this switch has seen: answer from the set's state. */
-static __always_inline void roce_dup(struct roce_plan *pl, const struct incxdp_roce_conn *conn,
+static __always_inline void roce_dup(struct roce_plan *pl, struct incxdp_roce_conn *conn,
 				     const struct roce_req *q, int root)
 {
 	const struct roce_view *v = &q->v;
@@ -193,7 +230,12 @@ static __always_inline void roce_dup(struct roce_plan *pl, const struct incxdp_r
 	if (!v->on_idx)
 		plan_drop(pl, INCXDP_STAT_ROCE_STALE);
 	else if (!v->complete) /* ACKs are cumulative: the last PSN taken */
-		plan_ack(pl, INCXDP_STAT_ROCE_DUP_ACK, ROCE_AETH_ACK, conn->epsn - 1, conn->msn);
+		plan_ack_taken(pl, conn, INCXDP_STAT_ROCE_DUP_ACK);
+	else if (v->result && roce_peer_has(conn, q->idx))
+		/* An RC requester resends a SEND nobody ACKed (the one that
+		 * completed the set is answered with the result, not an ACK);
+		 * it has the result, so it wants the ACK, or its QP fails. */
+		plan_ack_taken(pl, conn, INCXDP_STAT_ROCE_DUP_ACK);
 	else if (v->result)
 		plan_result(pl, INCXDP_STAT_ROCE_DUP_RESULT, conn, v, q->idx, q->set, q->slot);
 	else if (!root) /* the up frame may be lost; a parent with the result answers */
@@ -240,6 +282,7 @@ static __always_inline void roce_from_child(struct xdp_md *ctx, const struct roc
 		return;
 	}
 	q->kind = RSET_CHILD;
+	q->bcast_data = roce_imm_dest(q->imm) < 64 && (conn->subtree_ranks >> roce_imm_dest(q->imm)) & 1;
 	q->bit = 1u << (conn->child & (INCXDP_MAX_WORKERS - 1));
 	q->fanin = job->nworkers;
 	a = incxdp_roce_set(ctx, q);
@@ -263,7 +306,9 @@ static __always_inline void roce_from_child(struct xdp_md *ctx, const struct roc
 	if (r->has_imm)
 		conn->imm = q->imm;
 	if (a == RAGG_CONSUMED) {
-		if (r->ackreq)
+		if (r->ackreq && conn->strict)
+			plan_ack_taken(pl, conn, INCXDP_STAT_ROCE_ACK); /* r->psn = epsn - 1 */
+		else if (r->ackreq)
 			plan_ack(pl, INCXDP_STAT_ROCE_ACK, ROCE_AETH_ACK, r->psn, conn->msn);
 		else
 			plan_drop(pl, INCXDP_STAT_ROCE_ABSORBED);
@@ -304,17 +349,49 @@ static __always_inline void roce_from_parent(struct xdp_md *ctx, const struct ro
 	pl->bcast_flags = BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS;
 }
 
-/* A NAK from a child: its expected PSN on our stream names the idx. */
-static __always_inline void roce_peer_nak(struct xdp_md *ctx, struct incxdp_roce_conn *conn,
-					  struct roce_req *q, struct roce_plan *pl)
+/* An ACK from a child: ACKs are cumulative, so only a later one moves
+ * peer_acked (no lock: the connection's frames share one RX queue).
+ * Returns whether the peer is catching up after a NAK (peer_resend). */
+static __always_inline int roce_peer_ack(struct incxdp_roce_conn *conn, __u32 psn)
 {
+	__u32 next = (psn - conn->tx_base + 1) & ROCE_PSN_MASK; /* idx + 1 */
+
+	if (conn->role != INCXDP_ROCE_CHILD)
+		return 0;
+	if (roce_psn_diff(next, conn->peer_acked) > 0)
+		conn->peer_acked = next;
+	return conn->peer_resend;
+}
+
+/* Whether a strict child has SENDs we took but never ACKed (those that
+ * completed a set). */
+static __always_inline int roce_owed_ack(const struct incxdp_roce_conn *conn)
+{
+	return conn->role == INCXDP_ROCE_CHILD && conn->strict &&
+	       roce_psn_diff(roce_ack_upto(conn), conn->acked_up) > 0;
+}
+
+/*
+ * A NAK from a child (its expected PSN on our stream names the idx), or
+ * (resend) an ACK from it while it catches up, standing for a NAK of the
+ * PSN after it: the held result again. Catching up ends where no result
+ * is held, at the live edge of the stream.
+ */
+static __always_inline void roce_peer_nak(struct xdp_md *ctx, struct incxdp_roce_conn *conn,
+					  struct roce_req *q, struct roce_plan *pl, int resend)
+{
+	__u32 stat = resend ? INCXDP_STAT_ROCE_PEER_RESEND : INCXDP_STAT_ROCE_PEER_NAK;
+
+	conn->peer_resend = 1;
 	q->kind = RSET_VIEW;
-	if (incxdp_roce_set(ctx, q) < 0)
+	if (incxdp_roce_set(ctx, q) < 0) {
 		plan_drop(pl, INCXDP_STAT_BAD_SLOT);
-	else if (q->v.on_idx && q->v.complete && q->v.result)
-		plan_result(pl, INCXDP_STAT_ROCE_PEER_NAK, conn, &q->v, q->idx, q->set, q->slot);
-	else
-		plan_drop(pl, INCXDP_STAT_ROCE_PEER_NAK);
+	} else if (q->v.on_idx && q->v.complete && q->v.result) {
+		plan_result(pl, stat, conn, &q->v, q->idx, q->set, q->slot);
+	} else {
+		conn->peer_resend = 0;
+		plan_drop(pl, resend ? INCXDP_STAT_ROCE_PEER_ACK : INCXDP_STAT_ROCE_PEER_NAK);
+	}
 }
 
 /*
@@ -375,6 +452,7 @@ static __always_inline int roce_ingress(struct xdp_md *ctx, struct cursor *c,
 	struct incxdp_roce_conn *conn;
 	struct incxdp_job *job;
 	__u32 key, idx, imm, op;
+	int resend = 0;
 
 	if (roce_parse(c, ip, udp, &r) < 0)
 		return roce_drop(INCXDP_STAT_ROCE_MALFORMED);
@@ -388,10 +466,18 @@ static __always_inline int roce_ingress(struct xdp_md *ctx, struct cursor *c,
 	if (!roce_job_ok(job) ||
 	    (conn->role == INCXDP_ROCE_CHILD && conn->child >= job->nworkers))
 		return roce_drop(INCXDP_STAT_BAD_JOB);
-	if (r.opcode == ROCE_OP_ACK && (r.word & 0xe0000000u) != ROCE_AETH_NAK_GROUP)
-		return roce_drop(INCXDP_STAT_ROCE_PEER_ACK);
-	if (r.opcode == ROCE_OP_ACK && conn->role != INCXDP_ROCE_CHILD)
+	if (r.opcode == ROCE_OP_ACK && (r.word & 0xe0000000u) != ROCE_AETH_NAK_GROUP) {
+		if (!roce_peer_ack(conn, r.psn)) {
+			if (!roce_owed_ack(conn))
+				return roce_drop(INCXDP_STAT_ROCE_PEER_ACK);
+			plan_ack_taken(&pl, conn, INCXDP_STAT_ROCE_LATE_ACK);
+			return roce_finish(ctx, &pl, conn, job);
+		}
+		r.psn = (r.psn + 1) & ROCE_PSN_MASK; /* as a NAK of the next PSN */
+		resend = 1;
+	} else if (r.opcode == ROCE_OP_ACK && conn->role != INCXDP_ROCE_CHILD) {
 		return roce_drop(INCXDP_STAT_ROCE_PEER_NAK); /* we never resend aggregates on NAK */
+	}
 
 	/* idx on the stream the PSN belongs to: the peer's to us, or (a NAK)
 	 * ours to the peer. pool_size is a power of two, so slot and set stay
@@ -404,7 +490,7 @@ static __always_inline int roce_ingress(struct xdp_md *ctx, struct cursor *c,
 	 * answers -1 (bad_slot) when the pool runs past the slot map. */
 	q.slot = job->pool_base + (idx & (job->pool_size - 1));
 	if (r.opcode == ROCE_OP_ACK) {
-		roce_peer_nak(ctx, conn, &q, &pl);
+		roce_peer_nak(ctx, conn, &q, &pl, resend);
 		return roce_finish(ctx, &pl, conn, job);
 	}
 

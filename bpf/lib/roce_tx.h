@@ -40,6 +40,19 @@ static __always_inline __u32 roce_out_len(const struct roce_out *o)
 }
 
 /*
+ * AckReq on a result to a host: an RC device ACKs only what asks for it,
+ * and a duplicate of a SEND is answered with an ACK only once the host
+ * ACKed its result (roce_peer_has()). hostlib's own frames ignore it.
+ */
+static __always_inline __u32 roce_result_ackreq(const struct incxdp_roce_conn *to,
+						const struct roce_out *o)
+{
+	return to && o->opcode != ROCE_OP_ACK && to->role == INCXDP_ROCE_CHILD && to->strict ?
+		       ROCE_BTH_ACKREQ :
+		       0;
+}
+
+/*
  * Ethernet to the AETH/ImmDt word of a frame of `len` bytes. With `to`, the
  * frame is addressed to that connection's peer; without (the multicast
  * template), the addresses stay, the egress program writes them per copy.
@@ -82,7 +95,7 @@ static __always_inline int roce_write_hdrs(void *data, void *end,
 	bth->opcode = o->opcode;
 	bth->flags = ROCE_BTH_TVER;
 	bth->pkey = bpf_htons(ROCE_PKEY_DEFAULT);
-	bth->apsn = bpf_htonl(o->psn & ROCE_PSN_MASK);
+	bth->apsn = bpf_htonl((o->psn & ROCE_PSN_MASK) | roce_result_ackreq(to, o));
 	*word = bpf_htonl(o->word);
 	return 0;
 }

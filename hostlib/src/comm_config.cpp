@@ -91,7 +91,10 @@ TransportKind parse_transport(const std::string &s) {
         return TransportKind::AfXdp;
     if (s == "roce")
         return TransportKind::Roce;
-    throw std::invalid_argument(fmt::format("transport '{}': expected udp, afxdp or roce", s));
+    if (s == "verbs")
+        return TransportKind::Verbs;
+    throw std::invalid_argument(
+        fmt::format("transport '{}': expected udp, afxdp, roce or verbs", s));
 }
 
 const char *to_string(TransportKind t) {
@@ -100,13 +103,15 @@ const char *to_string(TransportKind t) {
         return "afxdp";
     case TransportKind::Roce:
         return "roce";
+    case TransportKind::Verbs:
+        return "verbs";
     default:
         return "udp";
     }
 }
 
 uint16_t CommConfig::effective_switch_port() const {
-    if (transport == TransportKind::Roce)
+    if (roce_tree())
         return INCXDP_ROCE_UDP_PORT;
     if (switch_port != 0)
         return switch_port;
@@ -116,7 +121,7 @@ uint16_t CommConfig::effective_switch_port() const {
 uint32_t CommConfig::effective_elems_per_packet() const {
     if (elems_per_packet != 0)
         return elems_per_packet;
-    if (transport == TransportKind::Roce) {
+    if (roce_tree()) {
         uint32_t n =
             std::min(detail::kRoceMaxElems, mtu ? max_roce_elems_for_mtu(mtu) : UINT32_MAX);
         return std::max<uint32_t>(n / INCXDP_ELEM_QUANTUM * INCXDP_ELEM_QUANTUM,
@@ -139,7 +144,8 @@ void CommConfig::validate() const {
         return std::invalid_argument(
             fmt::format("communicator config (rank {}, job {}): {}", rank, job, why));
     };
-    const bool roce_ = transport == TransportKind::Roce;
+    const bool roce_ = roce_tree();
+    const bool own_frames = transport == TransportKind::Roce; // else the device's
     uint32_t max_ranks = roce_ ? kMaxRoceRanks : INCXDP_MAX_WORKERS;
     if (world_size == 0 || world_size > max_ranks)
         throw bad(fmt::format("world_size {} is not in 1..{}", world_size, max_ranks));
@@ -164,15 +170,19 @@ void CommConfig::validate() const {
             throw bad(fmt::format("window {} exceeds the job's slot pool of {} (a rank may not "
                                   "send idx + pool before it has the result of idx)",
                                   window, roce.pool));
-        if (roce.local_qpn == 0 || roce.local_qpn > ROCE_QPN_MASK || roce.remote_qpn == 0 ||
-            roce.remote_qpn > ROCE_QPN_MASK)
+        // A device picks its QPN and UDP source port itself.
+        if ((own_frames && (roce.local_qpn == 0 || roce.local_qpn > ROCE_QPN_MASK)) ||
+            roce.remote_qpn == 0 || roce.remote_qpn > ROCE_QPN_MASK)
             throw bad(fmt::format("roce QPNs {:#x} (local) and {:#x} (switch) must be in "
                                   "1..0xffffff; from_topology() fills them for a roce-tree job",
                                   roce.local_qpn, roce.remote_qpn));
         if (roce.up_base > ROCE_PSN_MASK || roce.down_base > ROCE_PSN_MASK)
             throw bad("roce PSN bases must be below 2^24");
-        if (roce.sport == 0)
+        if (own_frames && roce.sport == 0)
             throw bad("roce UDP source port (roce.sport) is 0");
+        if (transport == TransportKind::Verbs && (verbs.ack_timeout > 31 || verbs.retry_cnt > 7))
+            throw bad(fmt::format("verbs ack_timeout {} must be <= 31 and retry_cnt {} <= 7",
+                                  verbs.ack_timeout, verbs.retry_cnt));
     } else if (wire == Wire::Native) {
         if (p == 0 || p % INCXDP_ELEM_QUANTUM != 0 || p > INCXDP_MAX_ELEMS)
             throw bad(fmt::format("elems_per_packet {} must be a multiple of {} in {}..{} for "

@@ -6,6 +6,7 @@
 #include "engine.h"
 #include "roce_collectives.h"
 #include "roce_engine.h"
+#include "verbs_link.h"
 
 #include <fmt/format.h>
 
@@ -108,6 +109,10 @@ struct Communicator::Impl {
             roce = std::make_unique<detail::RoceEngine>(cfg, *transport);
             return;
         }
+        if (cfg.transport == TransportKind::Verbs) {
+            roce = detail::make_verbs_link(cfg); // the device is the transport
+            return;
+        }
         engine = std::make_unique<detail::Engine>(cfg, *transport);
         next_set.assign(cfg.window, 0);
         lane_slots.reserve(cfg.window);
@@ -132,7 +137,7 @@ struct Communicator::Impl {
         auto t0 = std::chrono::steady_clock::now();
         last = CommStats{};
         detail::RoceSteps steps(c, cfg.rank, cfg.world_size, cfg.effective_elems_per_packet(),
-                                roce_exps);
+                                roce_exps, cfg.transport == TransportKind::Verbs);
         steps.prepare(what); // throws before anything is sent
         try {
             roce->run(steps, what, last);
@@ -167,7 +172,7 @@ struct Communicator::Impl {
     CommConfig cfg;
     std::unique_ptr<Transport> transport;
     std::unique_ptr<detail::Engine> engine;   ///< UDP/AF_XDP star jobs
-    std::unique_ptr<detail::RoceEngine> roce; ///< roce-tree jobs
+    std::unique_ptr<detail::RoceLink> roce;   ///< roce-tree jobs: AF_XDP frames or a device
     std::vector<int8_t> roce_exps;
     std::vector<int32_t> scratch;  ///< star reduce/broadcast: what non-roots send or receive
     std::vector<uint8_t> next_set; ///< per slot: set of its next use
@@ -183,7 +188,9 @@ struct Communicator::Impl {
 Communicator::Communicator(CommConfig cfg) {
     cfg.validate();
     resolve_roce_link(cfg);
-    auto transport = transport_for(cfg);
+    std::unique_ptr<Transport> transport;
+    if (cfg.transport != TransportKind::Verbs)
+        transport = transport_for(cfg);
     impl_ = std::make_unique<Impl>(std::move(cfg), std::move(transport));
 }
 
@@ -191,6 +198,9 @@ Communicator::Communicator(CommConfig cfg, std::unique_ptr<Transport> transport)
     cfg.validate();
     if (!transport)
         throw std::invalid_argument("communicator: transport is null");
+    if (cfg.transport == TransportKind::Verbs)
+        throw std::invalid_argument(
+            "communicator: transport verbs sends through the RDMA device, not a given Transport");
     impl_ = std::make_unique<Impl>(std::move(cfg), std::move(transport));
 }
 

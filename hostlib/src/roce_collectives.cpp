@@ -46,8 +46,9 @@ void fill_be32(std::byte *p, uint32_t from, uint32_t to, int32_t v) {
 } // namespace
 
 RoceSteps::RoceSteps(const RoceCall &c, uint32_t rank, uint32_t world, uint32_t per_packet,
-                     std::vector<int8_t> &exps)
-    : c_(c), rank_(rank), world_(world), per_(per_packet), exps_(exps) {
+                     std::vector<int8_t> &exps, bool pad_broadcast)
+    : c_(c), rank_(rank), world_(world), per_(per_packet), pad_broadcast_(pad_broadcast),
+      exps_(exps) {
     if (c_.prim == RocePrim::Barrier) {
         chunks_ = 1;
         return;
@@ -124,8 +125,12 @@ uint32_t RoceSteps::build(uint64_t k, std::span<std::byte> payload, uint32_t &im
     const int32_t *bits = static_cast<const int32_t *>(c_.send) + c * per_;
 
     if (c_.prim == RocePrim::Broadcast) {
-        if (rank_ != c_.root)
-            return 0;
+        if (rank_ != c_.root) {
+            if (!pad_broadcast_)
+                return 0;
+            fill_be32(p, 0, n, 0);
+            return n;
+        }
         store_be32_n(p, bits, real);
         fill_be32(p, real, n, 0);
         return n;

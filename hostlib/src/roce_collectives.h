@@ -36,8 +36,12 @@ struct RoceCall {
 class RoceSteps final : public RocePackets {
   public:
     /// `exps` is scratch reused across calls (float32 SUM exponents).
+    /// `pad_broadcast`: a Broadcast's non-root ranks send zeros of the
+    /// packet's size instead of nothing, which the switches ignore: for
+    /// hosts whose frames the switch cannot grow into the data (an RDMA
+    /// device's skb-built frames on veth, docs/ROCE.md §6).
     RoceSteps(const RoceCall &c, uint32_t rank, uint32_t world, uint32_t per_packet,
-              std::vector<int8_t> &exps);
+              std::vector<int8_t> &exps, bool pad_broadcast = false);
     /// Check float input (NaN/Inf) and compute the local exponents; throws
     /// std::invalid_argument naming the element before anything is sent.
     void prepare(const char *what);
@@ -55,6 +59,7 @@ class RoceSteps final : public RocePackets {
 
     RoceCall c_;
     uint32_t rank_, world_, per_;
+    bool pad_broadcast_;
     uint64_t chunks_ = 0;      ///< data packets (Barrier: 1, empty)
     uint64_t exp_packets_ = 0; ///< float32 SUM: the exponent pre-pass
     int headroom_ = 0;

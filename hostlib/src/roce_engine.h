@@ -8,6 +8,7 @@
 #pragma once
 
 #include "roce_frame.h"
+#include "roce_packets.h"
 
 #include <incxdp/communicator.h>
 #include <incxdp/transport.h>
@@ -20,29 +21,7 @@
 
 namespace incxdp::detail {
 
-/// One collective as a sequence of packets k = 0 .. count() - 1, sent at
-/// consecutive indices of the job's sequence.
-class RocePackets {
-  public:
-    virtual ~RocePackets() = default;
-    virtual uint64_t count() const = 0;
-    /// Whether packet k can be built now (float32 data waits for the result
-    /// that agreed on its exponent). Asked for packets in order; once true
-    /// for k it stays true.
-    virtual bool ready(uint64_t k) const {
-        (void)k;
-        return true;
-    }
-    /// Fill `payload` (room for elems_per_packet big-endian int32) for packet
-    /// k; return the elements written (a multiple of 16, or 0) and set imm.
-    virtual uint32_t build(uint64_t k, std::span<std::byte> payload, uint32_t &imm) = 0;
-    /// Elements the result of packet k carries (0: a completion).
-    virtual uint32_t result_elems(uint64_t k) const = 0;
-    /// Take the result of packet k (size-checked, in any order).
-    virtual void consume(uint64_t k, std::span<const std::byte> payload) = 0;
-};
-
-class RoceEngine {
+class RoceEngine final : public RoceLink {
   public:
     /// cfg.roce must name the connection, with both MACs resolved. Buffers
     /// for cfg.window frames are allocated here, never per packet.
@@ -50,7 +29,7 @@ class RoceEngine {
 
     /// Send every packet of `call` at the next indices and wait for all
     /// results. Throws CommTimeout (naming rank, job and idx).
-    void run(RocePackets &call, const char *what, CommStats &stats);
+    void run(RocePackets &call, const char *what, CommStats &stats) override;
 
     /// Index the next call starts at (packets sent so far on the connection).
     uint64_t next_idx() const { return next_; }

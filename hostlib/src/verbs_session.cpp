@@ -421,7 +421,10 @@ struct VerbsSession::Impl {
     uint64_t recv_seq = 0; ///< receive completions taken, ever
     unsigned unacked_events = 0;
 
-    Impl(uint32_t window, uint32_t sq, uint32_t signal_every) : win(window, sq, signal_every) {}
+    std::vector<uint32_t> imms; ///< ImmDt of the packets without a result, by packet % window
+
+    Impl(uint32_t window, uint32_t sq, uint32_t signal_every)
+        : win(window, sq, signal_every), imms(window) {}
     ~Impl() {
         if (qp)
             ibv_destroy_qp(qp);
@@ -561,22 +564,28 @@ void VerbsSession::connect() {
     connected_ = true;
 }
 
-void VerbsSession::post_ready(uint32_t imm, const BuildFn &build, VerbsRunStats &st) {
+void VerbsSession::post_ready(RocePackets &call, VerbsRunStats &st) {
     Impl &m = *impl_;
-    // Every packet the window and the send queue allow, one doorbell per batch.
-    while (m.win.can_post()) {
+    auto can_post = [&] { return m.win.can_post() && call.ready(m.win.posted()); };
+    // Every packet the window, the send queue and the collective allow
+    // (float32 data waits for its agreed exponent), one doorbell per batch.
+    while (can_post()) {
         ibv_send_wr wrs[kPostBatch];
         ibv_sge sges[kPostBatch];
         int k = 0;
-        for (; k < kPostBatch && m.win.can_post(); ++k) {
+        for (; k < kPostBatch && can_post(); ++k) {
             VerbsWindow::Post p = m.win.post();
             std::byte *buf = m.send_buf(p.seq);
-            size_t len = build(p.idx, std::span<std::byte>(buf, cfg_.max_payload));
-            if (len > cfg_.max_payload)
+            uint32_t imm = 0;
+            const size_t room = cfg_.max_payload / 4;
+            const size_t elems = call.build(p.idx, std::span<std::byte>(buf, 4 * room), imm);
+            if (elems > room)
                 throw std::length_error(fmt::format(
-                    "verbs: packet {} of the run has {} B of payload, max_payload is {}", p.idx,
-                    len, cfg_.max_payload));
-            sges[k] = ibv_sge{reinterpret_cast<uintptr_t>(buf), uint32_t(len), m.mr->lkey};
+                    "verbs: packet {} of the run has {} elements, max_payload {} B holds {}",
+                    p.idx, elems, cfg_.max_payload, room));
+            const uint32_t len = uint32_t(4 * elems);
+            m.imms[p.idx % m.imms.size()] = imm;
+            sges[k] = ibv_sge{reinterpret_cast<uintptr_t>(buf), len, m.mr->lkey};
             ibv_send_wr &wr = wrs[k];
             wr = ibv_send_wr{};
             wr.wr_id = p.seq; // = the session's idx: one WR per packet
@@ -676,8 +685,7 @@ std::string VerbsSession::completion_error(const ibv_wc &wc) const {
                        wc.vendor_err, hint);
 }
 
-void VerbsSession::take_completion(const ibv_wc &wc, uint32_t imm, const ConsumeFn &consume,
-                                   VerbsRunStats &st) {
+void VerbsSession::take_completion(const ibv_wc &wc, RocePackets &call, VerbsRunStats &st) {
     Impl &m = *impl_;
     if (wc.status != IBV_WC_SUCCESS)
         throw std::runtime_error(completion_error(wc));
@@ -699,18 +707,26 @@ void VerbsSession::take_completion(const ibv_wc &wc, uint32_t imm, const Consume
             "verbs: {}: a result (down PSN 0x{:06x}) came for idx {}, which is not sent yet: "
             "the switch's down stream is ahead (a stale connection? reset the job)",
             describe(), verbs_psn(cfg_.rq_psn, idx), idx));
+    const uint64_t i = m.win.results(); // packet of the run
+    const uint32_t imm = m.imms[i % m.imms.size()];
     if (wc.wc_flags & IBV_WC_WITH_IMM) {
         uint32_t got = imm_from_wire(wc.imm_data);
         if (!imm_same_collective(got, imm))
             throw std::runtime_error(fmt::format(
                 "verbs: {}: the result of idx {} carries ImmDt 0x{:08x} (primitive {}, op {}, "
-                "dtype {}), this collective sends 0x{:08x} (primitive {}, op {}, dtype {}): "
+                "dtype {}), this collective sent 0x{:08x} (primitive {}, op {}, dtype {}): "
                 "host and switch disagree on the idx",
                 describe(), idx, got, roce_imm_prim(got), roce_imm_op(got), roce_imm_dtype(got),
                 imm, roce_imm_prim(imm), roce_imm_op(imm), roce_imm_dtype(imm)));
     }
-    const uint64_t i = m.win.result();
-    consume(i, std::span<const std::byte>(m.recv_buf(slot), wc.byte_len));
+    const uint64_t want = 4 * uint64_t(call.result_elems(i));
+    if (wc.byte_len != want)
+        throw std::runtime_error(fmt::format(
+            "verbs: {}: the result of idx {} (down PSN 0x{:06x}) has {} B of payload, this "
+            "collective expects {} B",
+            describe(), idx, verbs_psn(cfg_.rq_psn, idx), wc.byte_len, want));
+    m.win.result();
+    call.consume(i, std::span<const std::byte>(m.recv_buf(slot), wc.byte_len));
     st.results++;
     st.bytes_received += wc.byte_len;
 
@@ -725,8 +741,8 @@ void VerbsSession::take_completion(const ibv_wc &wc, uint32_t imm, const Consume
     m.recv_seq++;
 }
 
-VerbsRunStats VerbsSession::run(uint64_t n_packets, uint32_t imm, const BuildFn &build,
-                                const ConsumeFn &consume) {
+VerbsRunStats VerbsSession::run(RocePackets &call) {
+    const uint64_t n_packets = call.count();
     if (failed_)
         throw std::logic_error("verbs: " + describe() + ": failed earlier; open a new session");
     VerbsRunStats st;
@@ -743,10 +759,10 @@ VerbsRunStats VerbsSession::run(uint64_t n_packets, uint32_t imm, const BuildFn 
             if (n < 0)
                 throw std::runtime_error("verbs: ibv_poll_cq failed on " + describe());
             for (int i = 0; i < n; ++i)
-                take_completion(wc[i], imm, consume, st);
+                take_completion(wc[i], call, st);
         }
         while (!m.win.done()) {
-            post_ready(imm, build, st);
+            post_ready(call, st);
             int n = poll_wait(wc, last_progress + cfg_.timeout, st);
             if (n == 0) {
                 const uint64_t idx = idx_base_ + m.win.results();
@@ -762,7 +778,7 @@ VerbsRunStats VerbsSession::run(uint64_t n_packets, uint32_t imm, const BuildFn 
             }
             last_progress = Clock::now();
             for (int i = 0; i < n; ++i)
-                take_completion(wc[i], imm, consume, st);
+                take_completion(wc[i], call, st);
         }
         idx_base_ += n_packets;
     } catch (...) {

@@ -25,9 +25,10 @@
 // GID's netdev, as for any RoCE QP; the device decides AckReq (rxe sets it
 // on every message).
 //
-// Packets (run()): idx i of a collective is one SEND_WITH_IMM, payload
-// `build(i)` (n big-endian int32, <= max_payload), ImmDt in network order,
-// posted in idx order with at most `window` without a result; every
+// Packets (run()): packet k of a collective (RocePackets, the same the
+// AF_XDP engine sends) is one SEND_WITH_IMM at the session's next idx,
+// payload and ImmDt from build(k) (n big-endian int32, <= max_payload; the
+// ImmDt in network order on the wire), posted in idx order with at most `window` without a result; every
 // `signal_every`-th WR and the last of a run are signaled, and a signaled
 // completion frees the send buffers up to its WR (send completions still
 // due when a run ends are taken by the next one). Results come as SENDs on
@@ -50,6 +51,8 @@
 //   timer that resends, so the tail of a window is not recovered by the
 //   host. run() ends with VerbsTimeout after `timeout` without completions.
 #pragma once
+
+#include "roce_packets.h"
 
 #include <incxdp/roce.h>
 #include <incxdp/tree.h>
@@ -245,19 +248,14 @@ class VerbsSession {
     /// not done; call it yourself to connect before the first packet.
     void connect();
 
-    /// Fills the payload of packet i (0-based in this run) into `buf`
-    /// (max_payload bytes); returns its length.
-    using BuildFn = std::function<size_t(uint64_t i, std::span<std::byte> buf)>;
-    /// Takes the result of packet i; `payload` is valid during the call.
-    using ConsumeFn = std::function<void(uint64_t i, std::span<const std::byte> payload)>;
-
-    /// One collective: n_packets SENDs with ImmDt `imm` (host order), each
-    /// result handed to consume() in order. Throws VerbsTimeout, or
-    /// std::runtime_error on a failed completion (the QP is then in error
-    /// and the session unusable: std::logic_error afterwards), a result
-    /// longer than max_payload or with another collective's ImmDt.
-    VerbsRunStats run(uint64_t n_packets, uint32_t imm, const BuildFn &build,
-                      const ConsumeFn &consume);
+    /// One collective: call.count() SENDs, packet k with call.build(k)'s
+    /// payload and ImmDt, posted in order once call.ready(k); each result
+    /// handed to call.consume() in order after checking its ImmDt names
+    /// packet k's collective and its length is call.result_elems(k) int32.
+    /// Throws VerbsTimeout, or std::runtime_error on a failed completion
+    /// (the QP is then in error and the session unusable: std::logic_error
+    /// afterwards) or a result that fails those checks.
+    VerbsRunStats run(RocePackets &call);
 
     /// Packets sent (and results taken) over all runs: the next idx.
     uint64_t next_idx() const { return idx_base_; }
@@ -268,11 +266,10 @@ class VerbsSession {
 
   private:
     struct Impl;
-    void post_ready(uint32_t imm, const BuildFn &build, VerbsRunStats &st);
+    void post_ready(RocePackets &call, VerbsRunStats &st);
     /// Completions into wc[0..32); 0 once give_up passed without any.
     int poll_wait(ibv_wc *wc, std::chrono::steady_clock::time_point give_up, VerbsRunStats &st);
-    void take_completion(const ibv_wc &wc, uint32_t imm, const ConsumeFn &consume,
-                         VerbsRunStats &st);
+    void take_completion(const ibv_wc &wc, RocePackets &call, VerbsRunStats &st);
     std::string completion_error(const ibv_wc &wc) const;
 
     VerbsConfig cfg_;

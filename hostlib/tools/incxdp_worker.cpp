@@ -151,8 +151,14 @@ int main(int argc, char **argv) {
         out["window"] = cfg.window;
         out["elems_per_packet"] = cfg.effective_elems_per_packet();
         out["transport"] = to_string(cfg.transport);
-        if (cfg.transport == TransportKind::Roce)
+        if (cfg.roce_tree())
             out["wire"] = "roce";
+        if (cfg.transport == TransportKind::Verbs)
+            cfg.verbs.publish_qpn = [&out, publish = cfg.verbs.publish_qpn](uint32_t qpn) {
+                out["qpn"] = qpn; // the device's choice, for the log
+                if (publish)
+                    publish(qpn);
+            };
         Communicator comm(cfg);
         bool ok = o.boot.dtype == "float32" ? run<float>(comm, o, bytes, out)
                                             : run<int32_t>(comm, o, bytes, out);

@@ -5,10 +5,14 @@
 
 #include <fmt/format.h>
 
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <bit>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 
@@ -108,10 +112,20 @@ void add_bootstrap_options(CLI::App &app, BootstrapOptions &o) {
         ->check(CLI::IsMember({"native", "switchml"}))
         ->capture_default_str();
     app.add_option("--transport", o.transport,
-                   "udp socket, afxdp socket (root) on the worker's interface, or roce (RoCEv2 "
-                   "over AF_XDP, root) for a roce-tree job (default: roce for roce-tree jobs, "
-                   "else udp)")
-        ->check(CLI::IsMember({"udp", "afxdp", "roce"}));
+                   "udp socket, afxdp socket (root) on the worker's interface, or for a "
+                   "roce-tree job roce (RoCEv2 over AF_XDP, root) or verbs (an RDMA device's RC "
+                   "QP) (default: roce for roce-tree jobs, else udp)")
+        ->check(CLI::IsMember({"udp", "afxdp", "roce", "verbs"}));
+    app.add_option("--verbs-device", o.verbs_device,
+                   "verbs: RDMA device (default: the one whose RoCEv2 GID is the rank's IP)");
+    app.add_option("--verbs-ack-timeout", o.verbs_ack_timeout,
+                   "verbs: local ACK timeout exponent, 4.096 us * 2^t")
+        ->check(CLI::Range(1, 31))
+        ->capture_default_str();
+    app.add_option("--publish-qpn", o.publish_qpn,
+                   "verbs: shell command that tells the leaf switch the QPN the device gave this "
+                   "rank, run before the first packet, {qpn} {rank} {job} replaced; must exit 0 "
+                   "(e.g. 'incxdp rules set-qpn topo.yaml --job {job} --rank {rank} --qpn {qpn}')");
     app.add_option("--batch", o.batch, "Datagrams per syscall / ring operation (0: 64)")
         ->capture_default_str();
     app.add_option("--xdp-tx", o.xdp_tx,
@@ -137,20 +151,48 @@ void add_bootstrap_options(CLI::App &app, BootstrapOptions &o) {
     app.add_flag("-j,--json", o.json, "JSON output");
 }
 
+std::string expand_publish_qpn(const std::string &cmd, uint32_t qpn, uint32_t rank, uint32_t job) {
+    const std::pair<const char *, std::string> vars[] = {
+        {"{qpn}", std::to_string(qpn)}, {"{rank}", std::to_string(rank)}, {"{job}", std::to_string(job)}};
+    std::string out = cmd;
+    for (const auto &[key, value] : vars)
+        for (size_t at = out.find(key); at != std::string::npos; at = out.find(key, at + value.size()))
+            out.replace(at, std::strlen(key), value);
+    return out;
+}
+
 CommConfig make_config(const BootstrapOptions &o) {
     CommConfig c = CommConfig::from_topology(o.topo, o.job, o.rank);
     c.wire = parse_wire(o.wire);
     if (!o.transport.empty()) {
         TransportKind t = parse_transport(o.transport);
-        bool tree = c.transport == TransportKind::Roce;
-        if (tree != (t == TransportKind::Roce))
+        bool tree = c.roce_tree();
+        if (tree != (t == TransportKind::Roce || t == TransportKind::Verbs))
             throw std::invalid_argument(
-                tree ? fmt::format("job {} of {} is a roce-tree job: run it with --transport roce",
+                tree ? fmt::format("job {} of {} is a roce-tree job: run it with --transport roce "
+                                   "or verbs",
                                    o.job, o.topo)
-                     : fmt::format("job {} of {} is a star job: --transport roce needs a `kind: "
+                     : fmt::format("job {} of {} is a star job: --transport {} needs a `kind: "
                                    "roce-tree` job",
-                                   o.job, o.topo));
+                                   o.job, o.topo, o.transport));
         c.transport = t;
+    }
+    if (c.transport != TransportKind::Verbs && !(o.verbs_device.empty() && o.publish_qpn.empty()))
+        throw std::invalid_argument("--verbs-device and --publish-qpn need --transport verbs");
+    c.verbs.device = o.verbs_device;
+    c.verbs.ack_timeout = o.verbs_ack_timeout;
+    if (!o.publish_qpn.empty()) {
+        c.verbs.publish_qpn = [cmd = o.publish_qpn, rank = c.rank, job = c.job](uint32_t qpn) {
+            std::string line = expand_publish_qpn(cmd, qpn, rank, job);
+            int st = std::system(line.c_str());
+            if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                throw std::runtime_error(fmt::format(
+                    "--publish-qpn: '{}' failed ({}): the switch does not know QPN {:#x}", line,
+                    st == -1 ? "could not run it"
+                    : WIFEXITED(st) ? fmt::format("exit status {}", WEXITSTATUS(st))
+                                    : fmt::format("signal {}", WTERMSIG(st)),
+                    qpn));
+        };
     }
     if (o.batch)
         c.batch = o.batch;

@@ -31,7 +31,10 @@ struct BootstrapOptions {
     std::string dtype = "int32";
     std::string op = "sum";
     std::string wire = "native";
-    std::string transport; // udp | afxdp | roce; empty = roce for roce-tree jobs, else udp
+    std::string transport; // udp | afxdp | roce | verbs; empty = roce for roce-tree jobs, else udp
+    std::string verbs_device;   // verbs: device name; empty = the one holding the rank's IP
+    std::string publish_qpn;    // verbs: shell command run with the QP's number, see below
+    uint8_t verbs_ack_timeout = 14;
     uint32_t batch = 0;    // 0 = library default
     bool no_gso = false, udp_gro = false;
     std::string xdp_tx = "live"; // afxdp: live | ring
@@ -45,6 +48,9 @@ struct BootstrapOptions {
 };
 
 void add_bootstrap_options(CLI::App &app, BootstrapOptions &o);
+/// The command of --publish-qpn with {qpn}, {rank} and {job} replaced.
+std::string expand_publish_qpn(const std::string &cmd, uint32_t qpn, uint32_t rank, uint32_t job);
+
 /// CommConfig::from_topology() plus the overrides given on the command line.
 /// Throws std::invalid_argument for a transport the job cannot use (roce
 /// on a star job, udp/afxdp on a roce-tree job).

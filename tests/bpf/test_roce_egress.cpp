@@ -127,6 +127,7 @@ TEST_F(RoceEgressTest, ResultCopyIsAddressedToTheChildBehindThePort) {
         EXPECT_EQ(o.opcode, ROCE_OP_SEND_ONLY_IMM);
         EXPECT_EQ(o.dqpn, host_qpn(0));
         EXPECT_EQ(o.psn, child_tx_base(0) + idx) << "down stream: tx_base + idx";
+        EXPECT_TRUE(o.ackreq) << "an RC device ACKs only what asks for it";
         EXPECT_EQ(o.word, op);
         EXPECT_EQ(o.vals, ramp(64, 8, 4));
     }

@@ -240,6 +240,7 @@ TEST_F(RoceEngineTest, DuplicatesAfterCompletion) {
         EXPECT_EQ(o.opcode, ROCE_OP_SEND_ONLY_IMM);
         EXPECT_EQ(o.dqpn, host_qpn(h));
         EXPECT_EQ(o.psn, child_tx_base(h) + 0) << "the child's down stream: tx_base + idx";
+        EXPECT_TRUE(o.ackreq) << "an RC device ACKs only what asks for it";
         EXPECT_EQ(o.word, op);
         EXPECT_EQ(o.vals, result);
     }
@@ -280,9 +281,16 @@ TEST_F(RoceEngineTest, BroadcastTakesTheRootsPayload) {
     auto r1 = run(from_host(1, 1, op, {}));
     ASSERT_EQ(r1.verdict, XDP_REDIRECT);
     EXPECT_EQ(parse_out(r1.out).vals, p);
-    // A second non-empty payload in one Broadcast disagrees with the set.
+    // Payloads from outside the root rank's subtree are padding (hosts
+    // whose frames cannot grow pad theirs): ignored, whichever comes first,
+    // and the padded frame that completes the set carries the data.
+    EXPECT_EQ(run(from_host(0, 2, op, ramp(48, 7))).stat, INCXDP_STAT_ROCE_ABSORBED);
     EXPECT_EQ(run(from_host(2, 2, op, p)).stat, INCXDP_STAT_ROCE_ABSORBED);
-    EXPECT_EQ(run(from_host(0, 2, op, p)).stat, INCXDP_STAT_ROCE_MISMATCH);
+    auto r2 = run(from_host(1, 2, op, ramp(48, 9)));
+    ASSERT_EQ(r2.verdict, XDP_REDIRECT);
+    EXPECT_EQ(r2.out.size(), data_len(48));
+    EXPECT_EQ(parse_out(r2.out).vals, p);
+    EXPECT_EQ(stat(INCXDP_STAT_ROCE_MISMATCH), 0u);
 }
 
 TEST_F(RoceEngineTest, BarrierCompletesWithoutPayload) {
@@ -500,7 +508,15 @@ TEST_F(RoceEngineTest, PeerAckIsConsumedAndPeerNakGetsTheResult) {
     a.dqpn = child_qpn(0);
     a.psn = child_tx_base(0);
     a.word = ROCE_AETH_ACK | 1;
+    // Host 0's SEND was taken without an ACK (it asked for none): its first
+    // ACK of our stream gets one, cumulative; the next is only consumed.
     auto ack = run(roce_frame(host_ep(0), switch_ep(), a));
+    ASSERT_EQ(ack.verdict, XDP_TX);
+    EXPECT_EQ(ack.stat, INCXDP_STAT_ROCE_LATE_ACK);
+    EXPECT_EQ(parse_out(ack.out).opcode, ROCE_OP_ACK);
+    EXPECT_EQ(parse_out(ack.out).dqpn, host_qpn(0));
+    EXPECT_EQ(parse_out(ack.out).psn, child_rx_base(0));
+    ack = run(roce_frame(host_ep(0), switch_ep(), a));
     EXPECT_EQ(ack.verdict, XDP_DROP);
     EXPECT_EQ(ack.stat, INCXDP_STAT_ROCE_PEER_ACK);
     // The host expects idx 0 on the down stream: the held result, grown
@@ -517,6 +533,98 @@ TEST_F(RoceEngineTest, PeerAckIsConsumedAndPeerNakGetsTheResult) {
     auto none = run(roce_frame(host_ep(0), switch_ep(), a));
     EXPECT_EQ(none.verdict, XDP_DROP);
     EXPECT_EQ(none.stat, INCXDP_STAT_ROCE_PEER_NAK);
+}
+
+// An RC device resends a SEND nobody ACKed until it is ACKed, or its QP
+// fails; the one that completes a set is answered with the result, not an
+// ACK. Once the host ACKed that result on the down stream, its duplicate
+// gets the ACK; before, the result again (the result may be what was lost).
+TEST_F(RoceEngineTest, DuplicateWhoseResultTheHostAckedGetsAnAck) {
+    install(2, true);
+    const uint32_t op = allreduce(ROCE_OPR_SUM);
+    run(from_host(0, 0, op, ramp(32, 1)));
+    ASSERT_EQ(run(from_host(1, 0, op, ramp(32, 1))).verdict, XDP_REDIRECT);
+    EXPECT_EQ(run(from_host(1, 0, op, ramp(32, 1))).stat, INCXDP_STAT_ROCE_DUP_RESULT);
+
+    RoceFields a;
+    a.opcode = ROCE_OP_ACK;
+    a.dqpn = child_qpn(1);
+    a.psn = child_tx_base(1) - 1; // an ACK of nothing of ours moves nothing,
+    a.word = ROCE_AETH_ACK | 1;   // but gets the ACK owed for the completing SEND
+    EXPECT_EQ(run(roce_frame(host_ep(1), switch_ep(), a)).stat, INCXDP_STAT_ROCE_LATE_ACK);
+    EXPECT_EQ(run(from_host(1, 0, op, ramp(32, 1))).stat, INCXDP_STAT_ROCE_DUP_RESULT);
+
+    a.psn = child_tx_base(1); // host 1 has the result of idx 0
+    EXPECT_EQ(run(roce_frame(host_ep(1), switch_ep(), a)).stat, INCXDP_STAT_ROCE_PEER_ACK);
+    EXPECT_EQ(conn(child_qpn(1)).peer_acked, 1u); // idx 0 + 1
+    auto d = run(from_host(1, 0, op, ramp(32, 1)));
+    ASSERT_EQ(d.verdict, XDP_TX);
+    EXPECT_EQ(d.stat, INCXDP_STAT_ROCE_DUP_ACK);
+    auto o = parse_out(d.out);
+    EXPECT_EQ(o.opcode, ROCE_OP_ACK);
+    EXPECT_EQ(o.dqpn, host_qpn(1));
+    EXPECT_EQ(o.psn, child_rx_base(1) + 0) << "cumulative: the last PSN taken";
+    // An older ACK does not take it back; host 0 has ACKed nothing.
+    a.psn = child_tx_base(1) - 5;
+    run(roce_frame(host_ep(1), switch_ep(), a));
+    EXPECT_EQ(conn(child_qpn(1)).peer_acked, 1u); // idx 0 + 1
+    EXPECT_EQ(run(from_host(0, 0, op, ramp(32, 1))).stat, INCXDP_STAT_ROCE_DUP_RESULT);
+}
+
+// An RC device drops every result after a gap and NAKs once. One frame out
+// per frame in: the NAK gets the first missing result, and each ACK after
+// it the next held one, until the live edge (nothing held) ends it.
+TEST_F(RoceEngineTest, AfterAPeerNakItsAcksClockTheHeldResultsOut) {
+    install(2, true);
+    const uint32_t op = allreduce(ROCE_OPR_SUM);
+    for (uint32_t idx = 0; idx < 3; idx++) {
+        run(from_host(0, idx, op, ramp(16, int32_t(idx))));
+        ASSERT_EQ(run(from_host(1, idx, op, ramp(16, 100))).verdict, XDP_REDIRECT) << idx;
+    }
+    RoceFields a;
+    a.opcode = ROCE_OP_ACK;
+    a.dqpn = child_qpn(0);
+    auto from_peer = [&](uint32_t syndrome, uint32_t idx) {
+        a.word = syndrome | 1;
+        a.psn = (child_tx_base(0) + idx) & ROCE_PSN_MASK;
+        return run(roce_frame(host_ep(0), switch_ep(), a));
+    };
+    // Results 1 and 2 were lost: the host took 0 and NAKs at 1. Its SENDs
+    // were taken without an ACK (it asked for none); it is owed one, but
+    // only for the SENDs whose results it has: the rest stay unACKed, so
+    // that its timer resends them and each duplicate fetches its result.
+    auto late = from_peer(ROCE_AETH_ACK, 0);
+    ASSERT_EQ(late.verdict, XDP_TX);
+    EXPECT_EQ(late.stat, INCXDP_STAT_ROCE_LATE_ACK);
+    EXPECT_EQ(parse_out(late.out).psn, child_rx_base(0) + 0) << "idx 0 only";
+    auto nak = from_peer(ROCE_AETH_NAK_SEQ, 1);
+    ASSERT_EQ(nak.verdict, XDP_TX);
+    EXPECT_EQ(nak.stat, INCXDP_STAT_ROCE_PEER_NAK);
+    EXPECT_EQ(parse_out(nak.out).psn, child_tx_base(0) + 1);
+    EXPECT_EQ(parse_out(nak.out).vals, ramp(16, 101, 2));
+    auto next = from_peer(ROCE_AETH_ACK, 1);
+    ASSERT_EQ(next.verdict, XDP_TX);
+    EXPECT_EQ(next.stat, INCXDP_STAT_ROCE_PEER_RESEND);
+    EXPECT_EQ(parse_out(next.out).psn, child_tx_base(0) + 2);
+    EXPECT_EQ(parse_out(next.out).vals, ramp(16, 102, 2));
+    // Idx 3 is not held: caught up, and later ACKs are only ACKs.
+    auto edge = from_peer(ROCE_AETH_ACK, 2);
+    EXPECT_EQ(edge.verdict, XDP_DROP);
+    EXPECT_EQ(edge.stat, INCXDP_STAT_ROCE_PEER_ACK);
+    EXPECT_EQ(conn(child_qpn(0)).peer_resend, 0u);
+    // It has every result now: the ACK it is owed covers all its SENDs.
+    auto owed = from_peer(ROCE_AETH_ACK, 2);
+    EXPECT_EQ(owed.stat, INCXDP_STAT_ROCE_LATE_ACK);
+    EXPECT_EQ(parse_out(owed.out).psn, child_rx_base(0) + 2);
+    EXPECT_EQ(from_peer(ROCE_AETH_ACK, 1).stat, INCXDP_STAT_ROCE_PEER_ACK);
+    EXPECT_EQ(conn(child_qpn(0)).peer_acked, 3u);
+    // Host 1 never NAKed: its ACKs never resend (the first gets the ACK
+    // owed for its completing SENDs).
+    a.dqpn = child_qpn(1);
+    a.word = ROCE_AETH_ACK | 1;
+    a.psn = child_tx_base(1);
+    EXPECT_EQ(run(roce_frame(host_ep(1), switch_ep(), a)).stat, INCXDP_STAT_ROCE_LATE_ACK);
+    EXPECT_EQ(run(roce_frame(host_ep(1), switch_ep(), a)).stat, INCXDP_STAT_ROCE_PEER_ACK);
 }
 
 TEST_F(RoceEngineTest, SwitchChildIsTakenInAnyOrderWithinTheWindow) {

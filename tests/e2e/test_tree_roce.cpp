@@ -203,6 +203,102 @@ TEST_F(Tree124, BarrierAndMixedCollectivesInOneRun)
     run(s);
 }
 
+// TransportKind::Verbs end to end: each rank's RC QP is an RDMA device's
+// (fake0 in wire mode: RoCEv2 RC on the host's veth through AF_PACKET, as
+// Soft-RoCE would run it), so the device chooses the QPN, which the worker
+// publishes with `incxdp rules set-qpn`, and the UDP source port; its frames
+// are built by the kernel (skb: no XDP tailroom on veth), it ACKs the
+// switch's results and resends SENDs nobody ACKed. Without the publication
+// the switch answers the topology's QPN, and every rank times out saying so.
+class Tree124Verbs : public Tree124 {
+  protected:
+    std::vector<nlohmann::json> verbs_run(const TreeRun &s, bool publish, int deadline_s)
+    {
+        EXPECT_EQ(rules_apply().status, 0);
+        auto t = topo::Topology::load_file(file_);
+        std::vector<std::future<proc::ProcResult>> futs;
+        for (size_t rank = 0; rank < ranks_.size(); rank++)
+            futs.push_back(std::async(std::launch::async, [&, rank] {
+                std::vector<std::string> argv = {
+                    "env", "INCXDP_FAKE_VERBS_IP=" + t.node(ranks_[rank]).ip, INCXDP_WORKER_FAKE0,
+                    "--topo", file_, "--job", "1", "--rank", std::to_string(rank), "--transport", "verbs",
+                    "--prim", s.prim, "--root", std::to_string(s.root), "--size", s.size, "--dtype", s.dtype,
+                    "--op", s.op, "--iters", std::to_string(s.iters), "--verify", "--deadline",
+                    std::to_string(deadline_s), "-j"};
+                if (publish) {
+                    argv.push_back("--publish-qpn");
+                    argv.push_back(std::string(INCXDP_CLI) + " rules set-qpn " + file_ + " --prefix " + prefix_ +
+                                   " --pin-root " + pin_root_ + " --job {job} --rank {rank} --qpn {qpn}");
+                }
+                return in_node(ranks_[rank], argv);
+            }));
+        std::vector<nlohmann::json> out;
+        for (size_t rank = 0; rank < futs.size(); rank++) {
+            auto r = futs[rank].get();
+            nlohmann::json j;
+            try {
+                j = nlohmann::json::parse(r.out.substr(r.out.rfind("\n{") == std::string::npos ? 0 : r.out.rfind("\n{")));
+            } catch (const std::exception &e) {
+                ADD_FAILURE() << describe(s) << ", rank " << rank << ": no JSON: " << r.out << r.err;
+            }
+            j["status"] = r.status;
+            j["stdout"] = r.out;
+            out.push_back(std::move(j));
+        }
+        return out;
+    }
+};
+
+TEST_F(Tree124Verbs, CollectivesThroughRdmaDevicesWithTheQpnsTheyAssign)
+{
+#ifndef INCXDP_WORKER_FAKE0
+    GTEST_SKIP() << "built without libibverbs-dev: no verbs transport";
+#else
+    auto t = topo::Topology::load_file(file_);
+    auto plan = topo::plan_tree(t, 1);
+    TreeRun float_sum{"allreduce", "1M", "float32", "sum"};
+    float_sum.iters = 2; // one QP runs on across collectives
+    for (const TreeRun &s : {TreeRun{"allreduce", "4M"}, float_sum, TreeRun{"reduce", "1M", "int32", "max", 2},
+                             TreeRun{"broadcast", "1M", "int32", "sum", 0}, TreeRun{"broadcast", "1M", "int32", "sum", 3},
+                             TreeRun{"barrier", "4"}}) {
+        auto res = verbs_run(s, true, 60);
+        for (size_t rank = 0; rank < res.size(); rank++) {
+            const auto &j = res[rank];
+            ASSERT_EQ(j["status"], 0) << describe(s) << ", rank " << rank << ":\n" << j["stdout"].get<std::string>();
+            EXPECT_EQ(j.value("ok", false), true) << describe(s) << ", rank " << rank;
+            EXPECT_EQ(j.value("transport", ""), "verbs");
+            ASSERT_EQ(j["iterations"].size(), size_t(s.iters)) << j.dump();
+            for (const auto &it : j["iterations"])
+                EXPECT_EQ(it.value("verify", ""), "ok") << describe(s) << ", rank " << rank;
+            // The device's QPN, not the topology's: the switch sent to it.
+            ASSERT_TRUE(j.contains("qpn")) << j.dump();
+            EXPECT_NE(j["qpn"].get<uint32_t>(), plan.conn_of_rank(uint32_t(rank)).child_qpn);
+        }
+    }
+    for (const auto &sw : switches_) {
+        auto st = stats(sw);
+        for (const char *k : {"roce_bad_icrc", "roce_unknown_qp", "roce_malformed", "roce_mismatch", "redirect_fail"})
+            EXPECT_EQ(st[k], 0u) << sw << ": " << k;
+        if (sw != plan.root) {
+            // The devices ACK results, and their SENDs that completed a set
+            // get the ACK they are owed on those ACKs: none waits for its
+            // retry timer (no duplicates) in a run without loss.
+            EXPECT_GT(st["roce_peer_ack"], 0u) << sw;
+            EXPECT_GT(st["roce_late_ack"], 0u) << sw;
+        }
+    }
+
+    // Unpublished: the leaves still send to the topology's QPNs, which no QP
+    // has; every rank gives up naming the QPN the switch needs.
+    auto res = verbs_run({"allreduce", "64K"}, false, 2);
+    for (size_t rank = 0; rank < res.size(); rank++) {
+        EXPECT_NE(res[rank]["status"], 0) << "rank " << rank;
+        std::string err = res[rank].value("error", "");
+        EXPECT_NE(err.find("child QPN"), std::string::npos) << "rank " << rank << ": " << err;
+    }
+#endif
+}
+
 // Frames captured where they arrive, on every port of every node (so on
 // both directions of every link), during 1 MiB AllReduces:
 // every ICRC matches scapy's, tshark decodes every BTH, and every stream

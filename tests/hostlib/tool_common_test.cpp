@@ -70,3 +70,36 @@ TEST(ToolCommon, VerifyFloat32AcceptsExactAndRejectsFar) {
     sum[7] += 0.01f;
     EXPECT_FALSE(verify_float32(sum, 5, world, ReduceOp::Sum, 256).ok);
 }
+
+TEST(ToolCommon, PublishQpnCommandNamesTheQpnRankAndJob) {
+    EXPECT_EQ(expand_publish_qpn("set {qpn} r{rank} j{job} again {qpn}", 0x1234, 2, 7),
+              "set 4660 r2 j7 again 4660");
+    EXPECT_EQ(expand_publish_qpn("no fields", 1, 0, 1), "no fields");
+}
+
+TEST(ToolCommon, VerbsTransportIsForRoceTreeJobsAndPublishesThroughTheShell) {
+    const std::string dir = INCXDP_SOURCE_DIR "/topo/topologies/";
+    BootstrapOptions o;
+    o.topo = dir + "tree124.yaml";
+    o.rank = 1;
+    o.transport = "verbs";
+    o.publish_qpn = "test {qpn} = 4660 && test {rank} = 1";
+    CommConfig c = make_config(o);
+    EXPECT_EQ(c.transport, TransportKind::Verbs);
+    EXPECT_TRUE(c.roce_tree());
+    ASSERT_TRUE(c.verbs.publish_qpn);
+    EXPECT_NO_THROW(c.verbs.publish_qpn(0x1234));
+    try {
+        c.verbs.publish_qpn(0x99);
+        FAIL() << "a failing command must throw";
+    } catch (const std::runtime_error &e) {
+        EXPECT_NE(std::string(e.what()).find("exit status 1"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("0x99"), std::string::npos) << e.what();
+    }
+    o.transport = "roce"; // the device options need the device
+    EXPECT_THROW(make_config(o), std::invalid_argument);
+    o.publish_qpn.clear();
+    o.transport = "verbs";
+    o.topo = dir + "star.yaml"; // a star job has no RC connection
+    EXPECT_THROW(make_config(o), std::invalid_argument);
+}

@@ -8,6 +8,7 @@
 #include "verbs_session.h"
 #include "../common/yaml_edit.h"
 
+#include <incxdp/communicator.h>
 #include <incxdp/topology.h>
 #include <incxdp/tree.h>
 
@@ -15,10 +16,14 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <random>
 #include <sstream>
@@ -26,12 +31,7 @@
 #include <thread>
 
 #ifdef INCXDP_VERBS_FAKE
-// The in-process device at the end of this file (hostlib_verbs_fake_tests).
-namespace fakeverbs {
-void set_no_ack(uint32_t qpn);                 ///< SENDs to this QP are taken but never ACKed
-std::vector<uint32_t> sent_psns(uint32_t qpn); ///< first PSN of every SEND of the QP
-std::string take_errors();                     ///< misuse seen so far (and clear it)
-} // namespace fakeverbs
+#include "fake_verbs.h" // hostlib_verbs_fake_tests: fake0 in place of libibverbs
 #endif
 
 namespace incxdp::detail {
@@ -549,6 +549,37 @@ class EchoPeer {
     std::thread thread_;
 };
 
+/// A collective for the echo "switch": n packets of one ImmDt, payload from
+/// `fill` (bytes, a multiple of 4), each result as long as its packet.
+class EchoCall final : public RocePackets {
+  public:
+    using Fill = std::function<size_t(uint64_t k, std::span<std::byte> buf)>;
+    using Take = std::function<void(uint64_t k, std::span<const std::byte> payload)>;
+    EchoCall(uint64_t n, uint32_t imm, Fill fill, Take take = {})
+        : n_(n), imm_(imm), fill_(std::move(fill)), take_(std::move(take)), sent_(n) {}
+
+    uint64_t count() const override { return n_; }
+    uint32_t build(uint64_t k, std::span<std::byte> p, uint32_t &imm) override {
+        imm = imm_;
+        size_t len = fill_(k, p);
+        EXPECT_EQ(len % 4, 0u) << "packet " << k;
+        sent_[k] = uint32_t(len / 4);
+        return sent_[k];
+    }
+    uint32_t result_elems(uint64_t k) const override { return sent_[k]; }
+    void consume(uint64_t k, std::span<const std::byte> p) override {
+        if (take_)
+            take_(k, p);
+    }
+
+  private:
+    uint64_t n_;
+    uint32_t imm_;
+    Fill fill_;
+    Take take_;
+    std::vector<uint32_t> sent_;
+};
+
 class VerbsLoopback : public ::testing::Test {
   protected:
     void SetUp() override {
@@ -611,7 +642,7 @@ TEST_F(VerbsLoopback, EchoAcrossThePsnWrap) {
     uint64_t sleeps = 0;
     auto run = [&](uint64_t n, uint32_t imm) {
         seen.clear();
-        VerbsRunStats st = s.run(
+        EchoCall call(
             n, imm,
             [&](uint64_t i, std::span<std::byte> buf) {
                 size_t len = std::min(len_of(i), buf.size());
@@ -630,6 +661,7 @@ TEST_F(VerbsLoopback, EchoAcrossThePsnWrap) {
                     ASSERT_EQ(ntohl(v), uint32_t(i * 1000 + b / 4 + 1)) << "idx " << i;
                 }
             });
+        VerbsRunStats st = s.run(call);
         EXPECT_EQ(st.packets_sent, n);
         EXPECT_EQ(st.results, n);
         sleeps += st.cq_sleeps;
@@ -671,10 +703,10 @@ TEST_F(VerbsLoopback, NoResultIsATimeoutNamingTheIdx) {
     cfg.timeout = std::chrono::milliseconds(300);
     VerbsSession s(cfg);
     echo.connect(cfg, s.qp_num());
-    auto build = [](uint64_t, std::span<std::byte>) { return size_t(0); };
-    auto consume = [](uint64_t, std::span<const std::byte>) {};
+    auto empty = [](uint64_t, std::span<std::byte>) { return size_t(0); };
+    EchoCall twenty(20, 0, empty), one(1, 0, empty);
     try {
-        s.run(20, 0, build, consume);
+        s.run(twenty);
         FAIL() << "no timeout";
     } catch (const VerbsTimeout &e) {
         EXPECT_EQ(e.idx, 0u);
@@ -683,7 +715,7 @@ TEST_F(VerbsLoopback, NoResultIsATimeoutNamingTheIdx) {
         EXPECT_NE(m.find("8 of 20 packets"), std::string::npos) << m; // the window
         EXPECT_NE(m.find("child QPN"), std::string::npos) << m;
     }
-    EXPECT_THROW(s.run(1, 0, build, consume), std::logic_error);
+    EXPECT_THROW(s.run(one), std::logic_error);
     EXPECT_EQ(echo.received.load(), 8u);
 }
 
@@ -695,14 +727,137 @@ TEST_F(VerbsLoopback, ResultOfAnotherCollectiveIsAnError) {
     VerbsSession s(cfg);
     echo.connect(cfg, s.qp_num());
     try {
-        s.run(
-            4, verbs_imm(ROCE_IMM_ALL_RANKS, ROCE_PRIM_ALLREDUCE, ROCE_OPR_SUM, 0),
-            [](uint64_t, std::span<std::byte>) { return size_t(64); },
-            [](uint64_t, std::span<const std::byte>) {});
+        EchoCall call(4, verbs_imm(ROCE_IMM_ALL_RANKS, ROCE_PRIM_ALLREDUCE, ROCE_OPR_SUM, 0),
+                      [](uint64_t, std::span<std::byte>) { return size_t(64); });
+        s.run(call);
         FAIL() << "no error";
     } catch (const std::runtime_error &e) {
         EXPECT_NE(std::string(e.what()).find("disagree on the idx"), std::string::npos) << e.what();
     }
+}
+
+// ---- the Communicator on TransportKind::Verbs ----------------------------------
+
+// A one-rank job whose "switch" is the echo: every result is the packet's
+// int32 + 1, so each collective's result is known exactly, and any packet
+// sent, lost or matched to the wrong idx shows.
+class VerbsCommunicator : public VerbsLoopback {
+  protected:
+    CommConfig comm_config(EchoPeer &echo, uint32_t maxp, uint32_t *published) {
+        CommConfig c;
+        c.transport = TransportKind::Verbs;
+        c.rank = 0;
+        c.world_size = 1;
+        c.job = 7;
+        c.local_ip = c.switch_ip = ip_;
+        c.window = 8;
+        c.elems_per_packet = maxp / 4 / 16 * 16;
+        c.roce.remote_qpn = echo.qpn();
+        c.roce.up_base = 0xFFFFF0; // both streams wrap within the first 32 packets
+        c.roce.down_base = 0xFFFFE0;
+        c.deadline = std::chrono::milliseconds(5000);
+        c.verbs.device = device_;
+        c.verbs.publish_qpn = [&echo, published, c](uint32_t qpn) {
+            *published = qpn;
+            VerbsConfig host;
+            host.switch_ip = c.switch_ip;
+            host.sq_psn = c.roce.up_base;
+            host.rq_psn = c.roce.down_base;
+            echo.connect(host, qpn);
+        };
+        return c;
+    }
+};
+
+TEST_F(VerbsCommunicator, CollectivesThroughTheDevice) {
+    const uint32_t maxp = max_payload();
+    EchoPeer echo(device_, ip_, maxp);
+    uint32_t published = 0;
+    Communicator comm(comm_config(echo, maxp, &published));
+    ASSERT_NE(published, 0u);
+    const uint32_t per = comm.config().effective_elems_per_packet();
+    const size_t n = 3 * per + 48; // a short last packet
+
+    std::vector<int32_t> x(n), y(n, 0);
+    for (size_t i = 0; i < n; ++i)
+        x[i] = int32_t(i * 7919) - 1000000;
+    comm.allreduce(x, y, ReduceOp::Sum);
+    for (size_t i = 0; i < n; ++i)
+        ASSERT_EQ(y[i], x[i] + 1) << "allreduce element " << i;
+    EXPECT_EQ(comm.last_stats().packets_sent, 4u);
+    EXPECT_EQ(comm.last_stats().results, 4u);
+
+    std::fill(y.begin(), y.end(), 0);
+    comm.reduce(x.data(), y.data(), n, DType::Int32, ReduceOp::Max, 0);
+    for (size_t i = 0; i < n; ++i)
+        ASSERT_EQ(y[i], x[i] + 1) << "reduce element " << i;
+
+    std::vector<int32_t> b = x;
+    comm.broadcast(b.data(), n, DType::Int32, 0);
+    for (size_t i = 0; i < n; ++i)
+        ASSERT_EQ(b[i], x[i] + 1) << "broadcast element " << i;
+
+    comm.barrier();
+    EXPECT_EQ(comm.last_stats().packets_sent, 1u);
+
+    // float32 MAX travels as order-preserving int32 keys: key + 1 is the
+    // next float up, from either side of zero.
+    std::vector<float> f(n), g(n);
+    for (size_t i = 0; i < n; ++i)
+        f[i] = (i % 2 ? -1.0f : 1.0f) * (0.5f + float(i) / float(n));
+    std::vector<float> h(n);
+    comm.allreduce(f, h, ReduceOp::Max);
+    for (size_t i = 0; i < n; ++i)
+        ASSERT_EQ(h[i], std::nextafter(f[i], INFINITY)) << "float max element " << i;
+
+    // float32 SUM: an exponent pre-pass (one packet for 4 data packets),
+    // whose echo raises the agreed exponent by one, then the data, which
+    // must wait for it: the result is the input within the quantum.
+    comm.allreduce(f, g, ReduceOp::Sum);
+    EXPECT_EQ(comm.last_stats().packets_sent, 5u);
+    for (size_t i = 0; i < n; ++i)
+        ASSERT_NEAR(g[i], f[i], 1e-6) << "float sum element " << i;
+
+    echo.stop();
+    ASSERT_EQ(echo.error, "");
+    // Every packet at its idx: 4 + 4 + 4 + 1 + 4 + 5.
+    EXPECT_EQ(echo.imms.size(), 22u);
+    EXPECT_EQ(comm.total_stats().packets_sent, 22u);
+#ifdef INCXDP_VERBS_FAKE
+    std::vector<uint32_t> up = fakeverbs::sent_psns(published);
+    ASSERT_EQ(up.size(), 22u);
+    for (uint64_t i = 0; i < up.size(); ++i)
+        ASSERT_EQ(up[i], verbs_psn(0xFFFFF0, i)) << "idx " << i;
+#endif
+}
+
+TEST_F(VerbsCommunicator, PublishFailureAndNoDeviceConfigAreClearErrors) {
+    const uint32_t maxp = max_payload();
+    EchoPeer echo(device_, ip_, maxp);
+    uint32_t published = 0;
+    CommConfig c = comm_config(echo, maxp, &published);
+    c.verbs.publish_qpn = [](uint32_t qpn) {
+        throw std::runtime_error(fmt::format("controller refused qpn {:#x}", qpn));
+    };
+    try {
+        Communicator comm(c);
+        FAIL() << "no error";
+    } catch (const std::runtime_error &e) {
+        EXPECT_NE(std::string(e.what()).find("controller refused qpn"), std::string::npos)
+            << e.what();
+    }
+    c = comm_config(echo, maxp, &published);
+    c.verbs.device = "nosuchdev9";
+    try {
+        Communicator comm(c);
+        FAIL() << "no error";
+    } catch (const std::runtime_error &e) {
+        EXPECT_NE(std::string(e.what()).find("nosuchdev9"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(published, 0u);
+    c = comm_config(echo, maxp, &published);
+    c.roce.remote_qpn = 0;
+    EXPECT_THROW(Communicator{c}, std::invalid_argument);
 }
 
 #ifdef INCXDP_VERBS_FAKE
@@ -718,12 +873,12 @@ TEST_F(VerbsLoopback, SwitchThatNeverAcksFailsTheQp) {
     cfg.retry_cnt = 1;
     VerbsSession s(cfg);
     echo.connect(cfg, s.qp_num());
-    auto build = [](uint64_t, std::span<std::byte>) { return size_t(16); };
-    auto consume = [](uint64_t, std::span<const std::byte>) {};
-    EXPECT_NO_THROW(s.run(4, 0, build, consume)); // the results come at once
+    auto sixteen = [](uint64_t, std::span<std::byte>) { return size_t(16); };
+    EchoCall first(4, 0, sixteen), second(4, 0, sixteen);
+    EXPECT_NO_THROW(s.run(first)); // the results come at once
     std::this_thread::sleep_for(std::chrono::milliseconds(400));
     try {
-        s.run(4, 0, build, consume);
+        s.run(second);
         FAIL() << "no error";
     } catch (const std::runtime_error &e) {
         std::string m = e.what();
@@ -735,630 +890,3 @@ TEST_F(VerbsLoopback, SwitchThatNeverAcksFailsTheQp) {
 
 } // namespace
 } // namespace incxdp::detail
-
-#ifdef INCXDP_VERBS_FAKE
-// ==== fake0: an in-process loopback RDMA device ================================
-// Linked into hostlib_verbs_fake_tests in place of libibverbs (which that
-// executable does not link, so a verbs call the fake lacks fails the link),
-// so VerbsSession's device path runs where there is no RDMA device. One
-// device, one ACTIVE Ethernet port (MTU 2048), GIDs 0: RoCEv1 and 2: RoCEv2
-// of 192.0.2.1, 1: RoCEv2 fe80::1, 3: empty. RC between its own QPs: a SEND
-// lands in the destination QP's next receive WR after `delay` (parked while
-// there is none, as endless RNR retries would), then its ACK completes the
-// send after another `delay`; everything in order. It refuses or records
-// what a device would refuse or what would go wrong unnoticed: QP states and
-// attribute masks, PSNs that disagree across the connection, SGEs outside
-// their MR, send queue overflow (a WR's slot is freed when a signaled
-// completion at or after it is polled), CQ overrun, CQ events not acked
-// before ibv_destroy_cq (a real device blocks there).
-#include <fmt/format.h>
-#include <unistd.h>
-
-#include <condition_variable>
-#include <deque>
-#include <map>
-#include <mutex>
-#include <set>
-#include <utility>
-
-namespace fakeverbs {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-constexpr uint32_t kGidCount = 4;
-constexpr ibv_mtu kActiveMtu = IBV_MTU_2048;
-
-struct Cq {
-    ibv_cq cq{};
-    std::deque<std::pair<ibv_wc, uint64_t>> q; // completion, send seq (or ~0)
-    bool armed = false;
-    unsigned events = 0, acked = 0;
-};
-
-struct Msg {
-    uint32_t src = 0, dst = 0, psn = 0, imm = 0;
-    std::vector<std::byte> data;
-    uint64_t seq = 0;
-};
-
-struct Qp {
-    ibv_qp qp{};
-    ibv_qp_cap cap{};
-    uint32_t dest = 0, sq_psn = 0, rq_psn = 0;
-    ibv_mtu mtu = IBV_MTU_256;
-    uint8_t timeout = 0, retry_cnt = 0;
-    uint64_t posted = 0, freed = 0, acked = 0;
-    std::map<uint64_t, std::pair<uint64_t, bool>> inflight; // seq -> wr_id, signaled
-    std::deque<ibv_recv_wr> rq;
-    std::deque<ibv_sge> rq_sge;
-    std::deque<Msg> parked;
-    std::vector<uint32_t> sent_psns;
-};
-
-struct World {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::multimap<Clock::time_point, std::function<void()>> events; // equal times: FIFO
-    std::map<uint32_t, Qp *> qps;
-    std::vector<ibv_mr *> mrs;
-    std::set<uint32_t> no_ack;
-    std::map<uint32_t, std::vector<uint32_t>> psns_of_destroyed;
-    std::string errors;
-    std::chrono::microseconds delay{100};
-    uint32_t next_qpn = 0xa1, next_key = 0x100;
-    bool stop = false;
-    std::thread wire;
-
-    World() {
-        wire = std::thread([this] {
-            std::unique_lock lk(mu);
-            while (!stop) {
-                if (events.empty()) {
-                    cv.wait(lk);
-                } else if (events.begin()->first > Clock::now()) {
-                    cv.wait_until(lk, events.begin()->first);
-                } else {
-                    auto fn = std::move(events.begin()->second);
-                    events.erase(events.begin());
-                    fn();
-                }
-            }
-        });
-    }
-    ~World() {
-        {
-            std::lock_guard lk(mu);
-            stop = true;
-        }
-        cv.notify_all();
-        wire.join();
-    }
-    void at(Clock::duration after, std::function<void()> fn) {
-        events.emplace(Clock::now() + after, std::move(fn));
-        cv.notify_all();
-    }
-    void error(const std::string &e) { errors += e + "\n"; }
-};
-
-World &W() {
-    static World w;
-    return w;
-}
-
-ibv_gid gid_at(uint32_t i, uint32_t *type) {
-    ibv_gid g{};
-    if (i == 1) {
-        g.raw[0] = 0xfe;
-        g.raw[1] = 0x80;
-        g.raw[15] = 1;
-        *type = IBV_GID_TYPE_ROCE_V2;
-    } else {
-        g = incxdp::detail::ipv4_mapped_gid("192.0.2.1");
-        *type = i == 0 ? IBV_GID_TYPE_ROCE_V1 : IBV_GID_TYPE_ROCE_V2;
-    }
-    return g;
-}
-
-uint32_t packets(size_t len, ibv_mtu mtu) {
-    uint32_t m = incxdp::detail::mtu_bytes(mtu);
-    return len == 0 ? 1 : uint32_t((len + m - 1) / m);
-}
-
-bool sge_ok(const ibv_sge &s) {
-    for (ibv_mr *mr : W().mrs)
-        if (mr->lkey == s.lkey && s.addr >= uintptr_t(mr->addr) &&
-            s.addr + s.length <= uintptr_t(mr->addr) + mr->length)
-            return true;
-    return false;
-}
-
-Qp *qp_of(uint32_t qpn) {
-    auto it = W().qps.find(qpn);
-    return it == W().qps.end() ? nullptr : it->second;
-}
-
-void push_cqe(ibv_cq *c, const ibv_wc &wc, uint64_t seq) {
-    Cq *cq = reinterpret_cast<Cq *>(c);
-    if (cq->q.size() >= size_t(c->cqe))
-        W().error("CQ overrun");
-    cq->q.emplace_back(wc, seq);
-    if (cq->armed && c->channel) {
-        cq->armed = false;
-        ssize_t r = write(c->channel->refcnt, &cq, sizeof(cq)); // the pipe's write end
-        (void)r;
-    }
-}
-
-ibv_wc wc_for(Qp *q, uint64_t wr_id, ibv_wc_status st, ibv_wc_opcode op) {
-    ibv_wc wc{};
-    wc.wr_id = wr_id;
-    wc.status = st;
-    wc.opcode = op;
-    wc.qp_num = q->qp.qp_num;
-    return wc;
-}
-
-// The requester saw no ACK through every retry: the oldest unACKed WR
-// fails, the rest flush.
-void retry_exceeded(uint32_t qpn, uint64_t seq) {
-    Qp *q = qp_of(qpn);
-    if (!q || q->acked > seq || q->qp.state == IBV_QPS_ERR)
-        return;
-    q->qp.state = IBV_QPS_ERR;
-    bool first = true;
-    for (auto &[s, w] : q->inflight) {
-        push_cqe(
-            q->qp.send_cq,
-            wc_for(q, w.first, first ? IBV_WC_RETRY_EXC_ERR : IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND), s);
-        first = false;
-    }
-    q->inflight.clear();
-    for (auto &r : q->rq)
-        push_cqe(q->qp.recv_cq, wc_for(q, r.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV), ~0ull);
-    q->rq.clear();
-    q->rq_sge.clear();
-}
-
-void no_ack_for(Qp *src, uint64_t seq) {
-    // 4.096 us * 2^timeout per try, 1 + retry_cnt tries
-    auto t = std::chrono::nanoseconds(int64_t(4096) << src->timeout) * (1 + src->retry_cnt);
-    uint32_t qpn = src->qp.qp_num;
-    W().at(std::min<Clock::duration>(t, std::chrono::seconds(2)),
-           [qpn, seq] { retry_exceeded(qpn, seq); });
-}
-
-// ACKs are cumulative: everything up to seq is done.
-void ack(uint32_t qpn, uint64_t seq) {
-    Qp *q = qp_of(qpn);
-    if (!q || q->qp.state == IBV_QPS_ERR)
-        return;
-    while (!q->inflight.empty() && q->inflight.begin()->first <= seq) {
-        auto [s, w] = *q->inflight.begin();
-        if (w.second)
-            push_cqe(q->qp.send_cq, wc_for(q, w.first, IBV_WC_SUCCESS, IBV_WC_SEND), s);
-        q->inflight.erase(q->inflight.begin());
-    }
-    q->acked = std::max(q->acked, seq + 1);
-}
-
-// The responder takes m into its next receive WR.
-void take(Qp *dst, Msg &m) {
-    Qp *src = qp_of(m.src);
-    ibv_recv_wr r = dst->rq.front();
-    ibv_sge sge = dst->rq_sge.front();
-    dst->rq.pop_front();
-    dst->rq_sge.pop_front();
-    if (m.psn != dst->rq_psn)
-        W().error(fmt::format("QP 0x{:x} got PSN 0x{:06x} from 0x{:x}, expected 0x{:06x}",
-                              dst->qp.qp_num, m.psn, m.src, dst->rq_psn));
-    dst->rq_psn = (dst->rq_psn + packets(m.data.size(), dst->mtu)) & 0xFFFFFF;
-    if (m.data.size() > (r.num_sge ? sge.length : 0)) {
-        push_cqe(dst->qp.recv_cq, wc_for(dst, r.wr_id, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV), ~0ull);
-        dst->qp.state = IBV_QPS_ERR;
-        if (src) {
-            auto it = src->inflight.find(m.seq);
-            if (it != src->inflight.end())
-                push_cqe(src->qp.send_cq,
-                         wc_for(src, it->second.first, IBV_WC_REM_INV_REQ_ERR, IBV_WC_SEND), m.seq);
-            src->qp.state = IBV_QPS_ERR;
-        }
-        return;
-    }
-    if (!m.data.empty())
-        std::memcpy(reinterpret_cast<void *>(sge.addr), m.data.data(), m.data.size());
-    ibv_wc wc = wc_for(dst, r.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV);
-    wc.byte_len = uint32_t(m.data.size());
-    wc.imm_data = m.imm;
-    wc.wc_flags = IBV_WC_WITH_IMM;
-    wc.src_qp = m.src;
-    push_cqe(dst->qp.recv_cq, wc, ~0ull);
-    if (!src)
-        return;
-    if (W().no_ack.count(dst->qp.qp_num)) {
-        no_ack_for(src, m.seq);
-        return;
-    }
-    uint32_t sq = m.src;
-    uint64_t seq = m.seq;
-    W().at(W().delay, [sq, seq] { ack(sq, seq); });
-}
-
-void deliver(Msg m) {
-    Qp *dst = qp_of(m.dst);
-    Qp *src = qp_of(m.src);
-    if (!dst || dst->qp.state < IBV_QPS_RTR || dst->qp.state == IBV_QPS_ERR || dst->dest != m.src) {
-        if (src)
-            no_ack_for(src, m.seq); // nobody answers
-        return;
-    }
-    if (dst->rq.empty()) {
-        dst->parked.push_back(std::move(m));
-        return;
-    }
-    take(dst, m);
-}
-
-int op_post_send(ibv_qp *qp, ibv_send_wr *wr, ibv_send_wr **bad) {
-    std::lock_guard lk(W().mu);
-    Qp *q = reinterpret_cast<Qp *>(qp);
-    for (; wr; wr = wr->next) {
-        *bad = wr;
-        if (qp->state == IBV_QPS_ERR) { // accepted and flushed, as mlx5 and rxe do
-            push_cqe(qp->send_cq, wc_for(q, wr->wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND),
-                     q->posted++);
-            continue;
-        }
-        if (qp->state != IBV_QPS_RTS)
-            return EINVAL;
-        if (q->posted - q->freed >= q->cap.max_send_wr) {
-            W().error(fmt::format("send queue overflow on QP 0x{:x}: {} WRs not freed", qp->qp_num,
-                                  q->posted - q->freed));
-            return ENOMEM;
-        }
-        if (wr->opcode != IBV_WR_SEND_WITH_IMM || wr->num_sge > 1 ||
-            (wr->num_sge && !sge_ok(wr->sg_list[0]))) {
-            W().error("bad send WR (opcode, SGE count or SGE outside its MR)");
-            return EINVAL;
-        }
-        Msg m;
-        m.src = qp->qp_num;
-        m.dst = q->dest;
-        m.psn = q->sq_psn;
-        m.imm = wr->imm_data;
-        m.seq = q->posted++;
-        if (wr->num_sge) {
-            auto *p = reinterpret_cast<const std::byte *>(wr->sg_list[0].addr);
-            m.data.assign(p, p + wr->sg_list[0].length);
-        }
-        q->inflight[m.seq] = {wr->wr_id, (wr->send_flags & IBV_SEND_SIGNALED) != 0};
-        q->sent_psns.push_back(q->sq_psn);
-        q->sq_psn = (q->sq_psn + packets(m.data.size(), q->mtu)) & 0xFFFFFF;
-        W().at(W().delay, [m = std::move(m)]() mutable { deliver(std::move(m)); });
-    }
-    *bad = nullptr;
-    return 0;
-}
-
-int op_post_recv(ibv_qp *qp, ibv_recv_wr *wr, ibv_recv_wr **bad) {
-    std::lock_guard lk(W().mu);
-    Qp *q = reinterpret_cast<Qp *>(qp);
-    for (; wr; wr = wr->next) {
-        *bad = wr;
-        if (qp->state == IBV_QPS_RESET || qp->state == IBV_QPS_ERR)
-            return EINVAL;
-        if (q->rq.size() >= q->cap.max_recv_wr)
-            return ENOMEM;
-        if (wr->num_sge > 1 || (wr->num_sge && !sge_ok(wr->sg_list[0]))) {
-            W().error("bad receive WR (SGE count or SGE outside its MR)");
-            return EINVAL;
-        }
-        q->rq.push_back(*wr);
-        q->rq_sge.push_back(wr->num_sge ? wr->sg_list[0] : ibv_sge{});
-    }
-    *bad = nullptr;
-    while (!q->parked.empty() && !q->rq.empty() && qp->state != IBV_QPS_ERR) {
-        Msg m = std::move(q->parked.front());
-        q->parked.pop_front();
-        take(q, m);
-    }
-    return 0;
-}
-
-int op_poll_cq(ibv_cq *c, int n, ibv_wc *wc) {
-    std::lock_guard lk(W().mu);
-    Cq *cq = reinterpret_cast<Cq *>(c);
-    int k = 0;
-    for (; k < n && !cq->q.empty(); ++k) {
-        auto [w, seq] = cq->q.front();
-        cq->q.pop_front();
-        wc[k] = w;
-        if (seq != ~0ull)
-            if (Qp *q = qp_of(w.qp_num))
-                q->freed = std::max(q->freed, seq + 1); // the driver frees WQEs up to here
-    }
-    return k;
-}
-
-int op_req_notify_cq(ibv_cq *c, int) {
-    std::lock_guard lk(W().mu);
-    reinterpret_cast<Cq *>(c)->armed = true;
-    return 0;
-}
-
-} // namespace
-
-void set_no_ack(uint32_t qpn) {
-    std::lock_guard lk(W().mu);
-    W().no_ack.insert(qpn);
-}
-
-std::vector<uint32_t> sent_psns(uint32_t qpn) {
-    std::lock_guard lk(W().mu);
-    Qp *q = qp_of(qpn);
-    return q ? q->sent_psns : W().psns_of_destroyed[qpn];
-}
-
-std::string take_errors() {
-    std::lock_guard lk(W().mu);
-    return std::exchange(W().errors, std::string());
-}
-
-} // namespace fakeverbs
-
-using namespace fakeverbs;
-
-extern "C" {
-
-ibv_device **(ibv_get_device_list)(int *n) {
-    static ibv_device dev = [] {
-        ibv_device d{};
-        std::strcpy(d.name, "fake0");
-        d.node_type = IBV_NODE_CA;
-        d.transport_type = IBV_TRANSPORT_IB;
-        return d;
-    }();
-    *n = 1;
-    return new ibv_device *[2] { &dev, nullptr };
-}
-
-void ibv_free_device_list(ibv_device **list) {
-    delete[] list;
-}
-
-const char *ibv_get_device_name(ibv_device *d) {
-    return d->name;
-}
-
-// A whole verbs_context, of which the inline verbs look at the ibv_context
-// at its end (they step back to the start only when abi_compat says so).
-ibv_context *ibv_open_device(ibv_device *d) {
-    ibv_context *ctx = &(new verbs_context{})->context;
-    ctx->device = d;
-    ctx->ops.poll_cq = op_poll_cq;
-    ctx->ops.req_notify_cq = op_req_notify_cq;
-    ctx->ops.post_send = op_post_send;
-    ctx->ops.post_recv = op_post_recv;
-    ctx->abi_compat = nullptr; // not extended: ibv_query_port() takes the plain path
-    return ctx;
-}
-
-int ibv_close_device(ibv_context *ctx) {
-    delete reinterpret_cast<verbs_context *>(reinterpret_cast<char *>(ctx) -
-                                             offsetof(verbs_context, context));
-    return 0;
-}
-
-int ibv_query_device(ibv_context *, ibv_device_attr *a) {
-    *a = ibv_device_attr{};
-    a->phys_port_cnt = 1;
-    a->max_qp_wr = 4096;
-    a->max_cqe = 65536;
-    a->max_sge = 1;
-    return 0;
-}
-
-// The inline ibv_query_port() hands over a whole ibv_port_attr.
-int(ibv_query_port)(ibv_context *, uint8_t port, _compat_ibv_port_attr *compat) {
-    if (port != 1)
-        return EINVAL;
-    auto *a = reinterpret_cast<ibv_port_attr *>(compat);
-    a->state = IBV_PORT_ACTIVE;
-    a->max_mtu = IBV_MTU_4096;
-    a->active_mtu = kActiveMtu;
-    a->gid_tbl_len = kGidCount;
-    a->link_layer = IBV_LINK_LAYER_ETHERNET;
-    return 0;
-}
-
-int _ibv_query_gid_ex(ibv_context *, uint32_t port, uint32_t index, ibv_gid_entry *e, uint32_t,
-                      size_t) {
-    if (port != 1 || index >= kGidCount - 1)
-        return ENODATA;
-    *e = ibv_gid_entry{};
-    e->gid = gid_at(index, &e->gid_type);
-    e->gid_index = index;
-    e->port_num = port;
-    return 0;
-}
-
-ibv_pd *ibv_alloc_pd(ibv_context *ctx) {
-    return new ibv_pd{ctx, 0};
-}
-int ibv_dealloc_pd(ibv_pd *pd) {
-    delete pd;
-    return 0;
-}
-
-ibv_comp_channel *ibv_create_comp_channel(ibv_context *ctx) {
-    int fds[2];
-    if (pipe(fds) != 0)
-        return nullptr;
-    // The read end is the channel's fd; the write end hides in refcnt.
-    return new ibv_comp_channel{ctx, fds[0], fds[1]};
-}
-
-int ibv_destroy_comp_channel(ibv_comp_channel *ch) {
-    close(ch->fd);
-    close(ch->refcnt);
-    delete ch;
-    return 0;
-}
-
-ibv_cq *ibv_create_cq(ibv_context *ctx, int cqe, void *cq_context, ibv_comp_channel *ch, int) {
-    auto *cq = new Cq;
-    cq->cq.context = ctx;
-    cq->cq.channel = ch;
-    cq->cq.cq_context = cq_context;
-    cq->cq.cqe = cqe;
-    return &cq->cq;
-}
-
-int ibv_destroy_cq(ibv_cq *c) {
-    std::lock_guard lk(W().mu);
-    Cq *cq = reinterpret_cast<Cq *>(c);
-    if (cq->events != cq->acked)
-        W().error(fmt::format("ibv_destroy_cq with {} of {} events not acked",
-                              cq->events - cq->acked, cq->events));
-    delete cq;
-    return 0;
-}
-
-int ibv_get_cq_event(ibv_comp_channel *ch, ibv_cq **cq, void **cq_context) {
-    Cq *c = nullptr;
-    if (read(ch->fd, &c, sizeof(c)) != ssize_t(sizeof(c)))
-        return -1;
-    std::lock_guard lk(W().mu);
-    c->events++;
-    *cq = &c->cq;
-    *cq_context = c->cq.cq_context;
-    return 0;
-}
-
-void ibv_ack_cq_events(ibv_cq *c, unsigned int n) {
-    std::lock_guard lk(W().mu);
-    reinterpret_cast<Cq *>(c)->acked += n;
-}
-
-ibv_qp *ibv_create_qp(ibv_pd *pd, ibv_qp_init_attr *a) {
-    if (a->qp_type != IBV_QPT_RC || !a->send_cq || !a->recv_cq || a->cap.max_send_wr > 4096 ||
-        a->cap.max_recv_wr > 4096 || a->cap.max_send_sge > 1 || a->cap.max_recv_sge > 1) {
-        errno = EINVAL;
-        return nullptr;
-    }
-    std::lock_guard lk(W().mu);
-    auto *q = new Qp;
-    q->qp.context = pd->context;
-    q->qp.qp_context = a->qp_context;
-    q->qp.pd = pd;
-    q->qp.send_cq = a->send_cq;
-    q->qp.recv_cq = a->recv_cq;
-    q->qp.qp_num = W().next_qpn++;
-    q->qp.state = IBV_QPS_RESET;
-    q->qp.qp_type = IBV_QPT_RC;
-    q->cap = a->cap;
-    W().qps[q->qp.qp_num] = q;
-    return &q->qp;
-}
-
-int ibv_destroy_qp(ibv_qp *qp) {
-    std::lock_guard lk(W().mu);
-    Qp *q = reinterpret_cast<Qp *>(qp);
-    W().psns_of_destroyed[qp->qp_num] = q->sent_psns;
-    W().qps.erase(qp->qp_num);
-    delete q;
-    return 0;
-}
-
-int ibv_modify_qp(ibv_qp *qp, ibv_qp_attr *a, int mask) {
-    std::lock_guard lk(W().mu);
-    Qp *q = reinterpret_cast<Qp *>(qp);
-    auto need = [&](int required, const char *what) {
-        if ((mask & required) == required)
-            return true;
-        W().error(
-            fmt::format("modify_qp {}: mask 0x{:x} lacks 0x{:x}", what, mask, required & ~mask));
-        return false;
-    };
-    if (!(mask & IBV_QP_STATE))
-        return EINVAL;
-    if (qp->state == IBV_QPS_RESET && a->qp_state == IBV_QPS_INIT) {
-        if (!need(IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, "INIT") ||
-            a->port_num != 1)
-            return EINVAL;
-    } else if (qp->state == IBV_QPS_INIT && a->qp_state == IBV_QPS_RTR) {
-        if (!need(IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
-                  "RTR"))
-            return EINVAL;
-        uint32_t type = 0;
-        const ibv_global_route &g = a->ah_attr.grh;
-        if (!a->ah_attr.is_global || a->ah_attr.port_num != 1 || g.sgid_index >= kGidCount - 1 ||
-            (gid_at(g.sgid_index, &type), type) != IBV_GID_TYPE_ROCE_V2 ||
-            a->path_mtu > kActiveMtu || a->dest_qp_num > 0xFFFFFF || a->rq_psn > 0xFFFFFF)
-            return EINVAL;
-        bool reachable = false; // loopback only: the destination is one of our GIDs
-        for (uint32_t i = 0; i < kGidCount - 1; ++i) {
-            ibv_gid mine = gid_at(i, &type);
-            reachable |= type == IBV_GID_TYPE_ROCE_V2 && std::memcmp(mine.raw, g.dgid.raw, 16) == 0;
-        }
-        if (!reachable)
-            return ENETUNREACH;
-        q->dest = a->dest_qp_num;
-        q->rq_psn = a->rq_psn;
-        q->mtu = a->path_mtu;
-    } else if (qp->state == IBV_QPS_RTR && a->qp_state == IBV_QPS_RTS) {
-        if (!need(IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                      IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC,
-                  "RTS") ||
-            a->sq_psn > 0xFFFFFF)
-            return EINVAL;
-        q->sq_psn = a->sq_psn;
-        q->timeout = a->timeout;
-        q->retry_cnt = a->retry_cnt;
-    } else {
-        W().error(
-            fmt::format("modify_qp: no transition {} -> {}", int(qp->state), int(a->qp_state)));
-        return EINVAL;
-    }
-    qp->state = a->qp_state;
-    return 0;
-}
-
-ibv_mr *(ibv_reg_mr)(ibv_pd *pd, void *addr, size_t length, int) {
-    std::lock_guard lk(W().mu);
-    uint32_t key = W().next_key++;
-    auto *mr = new ibv_mr{pd->context, pd, addr, length, key, key, key};
-    W().mrs.push_back(mr);
-    return mr;
-}
-
-int ibv_dereg_mr(ibv_mr *mr) {
-    std::lock_guard lk(W().mu);
-    std::erase(W().mrs, mr);
-    delete mr;
-    return 0;
-}
-
-const char *ibv_wc_status_str(ibv_wc_status s) {
-    switch (s) {
-    case IBV_WC_SUCCESS:
-        return "success";
-    case IBV_WC_LOC_LEN_ERR:
-        return "local length error";
-    case IBV_WC_WR_FLUSH_ERR:
-        return "Work Request Flushed Error";
-    case IBV_WC_REM_INV_REQ_ERR:
-        return "remote invalid request error";
-    case IBV_WC_RETRY_EXC_ERR:
-        return "transport retry counter exceeded";
-    default:
-        return "other error";
-    }
-}
-
-const char *ibv_port_state_str(ibv_port_state s) {
-    return s == IBV_PORT_ACTIVE ? "ACTIVE" : "DOWN";
-}
-
-} // extern "C"
-#endif // INCXDP_VERBS_FAKE

@@ -443,6 +443,49 @@ TEST_F(TreeRulesNetns, ApplyResetReapplyClearDown) {
         EXPECT_FALSE(exists("/var/run/netns/" + ns(n.name))) << n.name;
 }
 
+// A host whose QP is an RDMA device's learns its QPN only when it creates
+// the QP (TransportKind::Verbs): `rules set-qpn` puts it where that host's
+// leaf addresses it, and changes nothing else.
+TEST_F(TreeRulesNetns, SetQpnTellsTheLeafTheQpnADeviceAssigned) {
+    auto r = cli({"topo", "up", kFile, "--prefix", prefix_});
+    ASSERT_EQ(r.status, 0) << r.err;
+    r = cli(rules_args("set-qpn", {"--job", "1", "--rank", "2", "--qpn", "0x1234"}));
+    EXPECT_NE(r.status, 0);
+    EXPECT_NE(r.err.find("apply the job first"), std::string::npos) << r.err;
+    r = cli(rules_args("apply"));
+    ASSERT_EQ(r.status, 0) << r.err;
+
+    const topo::RoceConn &c = plan_.conn_of_rank(2);
+    const auto before = conns(c.parent);
+    r = cli(rules_args("set-qpn", {"--job", "1", "--rank", "2", "--qpn", "0x1234", "-j"}));
+    ASSERT_EQ(r.status, 0) << r.err;
+    const json j = json::parse(r.out);
+    EXPECT_EQ(j.at("switch"), c.parent);
+    EXPECT_EQ(j.at("host"), c.child);
+    EXPECT_EQ(j.at("switch_qpn"), c.parent_qpn);
+    EXPECT_EQ(j.at("old_qpn"), c.child_qpn);
+    EXPECT_EQ(j.at("qpn"), 0x1234);
+    const auto after = conns(c.parent);
+    ASSERT_EQ(after.size(), before.size());
+    for (const auto &[qpn, v] : before) {
+        json want = v;
+        if (qpn == c.parent_qpn)
+            want["peer_qpn"] = 0x1234;
+        EXPECT_EQ(after.at(qpn), want) << "connection QPN " << qpn;
+    }
+
+    r = cli(rules_args("set-qpn", {"--job", "1", "--rank", "2", "--qpn", "0x1000000"}));
+    EXPECT_NE(r.status, 0);
+    EXPECT_NE(r.err.find("not in 1..0xffffff"), std::string::npos) << r.err;
+    r = cli(rules_args("set-qpn", {"--job", "1", "--rank", "9", "--qpn", "5"}));
+    EXPECT_NE(r.status, 0);
+    EXPECT_NE(r.err.find("no rank 9"), std::string::npos) << r.err;
+    // A new run of the job (apply) starts from the topology's QPN again.
+    r = cli(rules_args("apply"));
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(conns(c.parent).at(c.parent_qpn).at("peer_qpn"), c.child_qpn);
+}
+
 TEST_F(TreeRulesNetns, ClearUnloadRemovesTheEngines) {
     auto r = cli({"topo", "up", kFile, "--prefix", prefix_});
     ASSERT_EQ(r.status, 0) << r.err;

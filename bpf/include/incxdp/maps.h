@@ -146,6 +146,22 @@ struct incxdp_roce_conn {
 	__u32 msn;      /* messages accepted (AETH MSN) */
 	__u32 imm;      /* last ImmDt from the peer (host order), for frames without one */
 	__u32 nak_sent; /* strict: a NAK for epsn is out; no more until it arrives */
+	/* CHILD: idx + 1 of the last result of our stream the peer ACKed, mod
+	 * 2^24; 0 = none (RC devices ACK results, cumulatively and in order;
+	 * hostlib's own frames never do). */
+	__u32 peer_acked;
+	/* CHILD: the peer NAKed a gap of our stream. An RC device drops what
+	 * follows a gap and NAKs once; we can send one frame per frame in, so
+	 * each of its ACKs is answered with the next result until none is
+	 * held (go-back-N clocked by its ACKs). */
+	__u32 peer_resend;
+	/* CHILD: idx + 1 of the last of the peer's SENDs we ACKed, mod 2^24;
+	 * 0 = none. The SEND that completes a set is answered with the
+	 * result, not an ACK; a strict peer's next ACK of our stream then
+	 * gets the ACK it is owed (an RC device frees its send queue only on
+	 * ACKs, and resends on its ACK timeout). */
+	__u32 acked_up;
+	__u32 pad1;
 };
 
 /* One aggregation slot, both shadow sets. The lock guards every field;
@@ -211,6 +227,8 @@ enum incxdp_stat {
 	INCXDP_STAT_ROCE_MISMATCH,     /* ImmDt/size disagrees with the slot's: dropped */
 	INCXDP_STAT_ROCE_PEER_ACK,     /* ACK from a peer: consumed */
 	INCXDP_STAT_ROCE_PEER_NAK,     /* NAK from a peer: the result re-sent if held, else dropped */
+	INCXDP_STAT_ROCE_PEER_RESEND,  /* ACK from a peer after its NAK: its next result re-sent */
+	INCXDP_STAT_ROCE_LATE_ACK,     /* ACK from a peer owed an ACK of its SENDs: the ACK sent */
 	INCXDP_STAT_CHAOS,             /* taken by `incxdp chaos --xdp`: lost, detoured or reflected */
 	INCXDP_STAT_INGRESS_VERDICTS,  /* (how many ingress verdicts there are) */
 	INCXDP_STAT_REDIRECT_FAIL = INCXDP_STAT_INGRESS_VERDICTS, /* completed, but the multicast redirect was refused */

@@ -15,7 +15,8 @@
 // carries the exponent of chunk c + window. Error bound in quantize.h.
 //
 // TransportKind::Roce speaks RoCEv2 to a tree of switches instead
-// (docs/ROCE.md): one packet per index of the job's sequence, go-back-N.
+// (docs/ROCE.md): one packet per index of the job's sequence, go-back-N;
+// TransportKind::Verbs sends the same packets through an RDMA device.
 #pragma once
 
 #include <incxdp/reduce_op.h>
@@ -25,6 +26,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -37,8 +39,9 @@ enum class TransportKind {
     Udp,   ///< a UDP socket (sendmmsg/recvmmsg, GSO, GRO)
     AfXdp, ///< an AF_XDP socket on the worker's interface (root)
     Roce,  ///< RoCEv2 frames to a roce-tree job's leaf switch, over AF_XDP (root)
+    Verbs, ///< the same RoCEv2 connection through an RDMA device's RC QP (libibverbs)
 };
-/// "udp", "afxdp", "roce"; parse throws std::invalid_argument naming the text.
+/// "udp", "afxdp", "roce", "verbs"; parse throws std::invalid_argument naming the text.
 TransportKind parse_transport(const std::string &s);
 const char *to_string(TransportKind t);
 
@@ -61,6 +64,22 @@ struct RoceConnConfig {
     /// Zero: the interface's MAC / the neighbour table's entry for switch_ip,
     /// looked up when Communicator(CommConfig) opens the transport.
     std::array<uint8_t, 6> local_mac{}, switch_mac{};
+};
+
+/// TransportKind::Verbs: the RDMA device (a RoCE NIC, or rxe) that carries
+/// the rank's RC connection (docs/ROCE.md §6). The device runs RC itself
+/// (PSNs, AckReq, ICRC, go-back-N), chooses the UDP source port and gives
+/// the QP its number, which the switch must learn before the first packet.
+struct VerbsOptions {
+    std::string device;              ///< "mlx5_0", "rxe0"; empty = the one whose GID is local_ip
+    uint32_t gid_index = UINT32_MAX; ///< source GID; UINT32_MAX = local_ip's RoCEv2 GID
+    uint8_t ack_timeout = 14;        ///< local ACK timeout 4.096 us * 2^t (14: 67 ms)
+    uint8_t retry_cnt = 7;           ///< resends of an unACKed SEND before the QP fails
+    /// Called once with the QPN the device assigned, before anything is
+    /// sent; must return only once the rank's leaf switch has it as the
+    /// connection's child QPN (`incxdp rules set-qpn`). Null: the topology's
+    /// child QPN must already be the device's (it rarely is).
+    std::function<void(uint32_t qpn)> publish_qpn;
 };
 
 /// Everything a rank needs to reach the switch. All ranks of a job must use
@@ -90,7 +109,8 @@ struct CommConfig {
     std::string xdp_iface;          ///< AfXdp: interface; empty = the one holding local_ip
     uint32_t xdp_queue = 0;         ///< AfXdp: rx queue of the socket
     bool xdp_tx_live_frames = true; ///< AfXdp/Roce: send as live XDP frames, not via the tx ring
-    RoceConnConfig roce;            ///< Roce: the connection (from_topology fills it)
+    RoceConnConfig roce;            ///< Roce/Verbs: the connection (from_topology fills it)
+    VerbsOptions verbs;             ///< Verbs: the device
 
     /// Fill rank, world_size, job, addresses and ports from a topology file:
     /// local = the rank's host IP and the job's worker_port, remote = the
@@ -101,6 +121,10 @@ struct CommConfig {
     /// Throws std::invalid_argument naming the file and what is wrong.
     static CommConfig from_topology(const std::string &path, uint32_t job_id, uint32_t rank);
 
+    /// Roce or Verbs: a rank of a roce-tree job (the RoCEv2 protocol).
+    bool roce_tree() const {
+        return transport == TransportKind::Roce || transport == TransportKind::Verbs;
+    }
     /// Port actually used (switch_port, or the wire's default).
     uint16_t effective_switch_port() const;
     /// Elements per data packet actually used.

@@ -100,6 +100,24 @@ struct Cleared {
 /// a star job is left alone.
 std::vector<Cleared> clear(const topo::Topology &t, const Options &o);
 
+/// What set_qpn() changed on a rank's leaf switch.
+struct QpnSet {
+    uint32_t job = 0, rank = 0;
+    std::string host, sw, netns, pin_dir;
+    uint32_t switch_qpn = 0; ///< the connection's key on the leaf
+    uint32_t old_qpn = 0;    ///< the host QPN it had (the plan's child QPN after apply)
+    uint32_t qpn = 0;        ///< the host QPN it has now
+};
+/// Tells the leaf switch of rank `rank` of roce-tree job `job` which QPN
+/// the rank's host has: the destination QPN of the switch's frames to it.
+/// A host whose RC QP is a device's (TransportKind::Verbs) learns its QPN
+/// only when it creates the QP, so its control plane calls this after
+/// `rules apply` and before the host's first packet (the connection's
+/// receive state is rewritten with it, so not during traffic). The job must
+/// be applied on that switch; `qpn` in 1..0xffffff.
+QpnSet set_qpn(const topo::Topology &t, const Options &o, uint32_t job, uint32_t rank,
+               uint32_t qpn);
+
 /// What unload_switches() found on one switch.
 struct Unloaded {
     std::string sw, netns, pin_dir;

@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// fake0 (fake_verbs.cpp): an RDMA device defined in place of libibverbs, for
+// the executables that link it instead of the library. What the tests can
+// ask it beyond the verbs API.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fakeverbs {
+
+void set_no_ack(uint32_t qpn);                 ///< SENDs to this QP are taken but never ACKed
+std::vector<uint32_t> sent_psns(uint32_t qpn); ///< first PSN of every SEND of the QP
+std::string take_errors();                     ///< misuse seen so far (and clear it)
+
+/// Wire mode (INCXDP_FAKE_VERBS_IP set): what went over the netdev.
+struct WireStats {
+    uint64_t sends = 0, resends = 0;             ///< SEND frames out; of those, go-back-N
+    uint64_t results = 0, duplicates = 0;        ///< SENDs in: taken in order; older
+    uint64_t acks_in = 0, naks_in = 0;           ///< from the peer
+    uint64_t acks_out = 0, naks_out = 0;         ///< to the peer
+    uint64_t bad = 0;                            ///< frames to us that failed parse or ICRC
+};
+WireStats wire_stats();
+
+} // namespace fakeverbs
