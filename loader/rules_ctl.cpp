@@ -570,6 +570,7 @@ QpnSet set_qpn(const topo::Topology &t, const Options &o, uint32_t job, uint32_t
                                            qpn_str(c.parent_qpn), job, c.child));
             out.old_qpn = v.peer_qpn;
             v.peer_qpn = qpn;
+            v.rc_device = 1; // only a device's QPN is learnt this way
             if (bpf_map_update_elem(conns.get(), &k, &v, BPF_EXIST) != 0)
                 throw CtlError(errno_msg(
                     fmt::format("cannot update connection {} in map {}", qpn_str(c.parent_qpn),

@@ -198,17 +198,17 @@ static __always_inline __u32 roce_taken(const struct incxdp_roce_conn *conn)
 
 /*
  * Idx + 1 of the last of the peer's SENDs to ACK: all it sent and we took,
- * but for a peer that ACKs our results (an RC device) only those whose
- * results it has. A device resends what is not ACKed when its timer runs
- * out, and such a duplicate, full-sized, gets its result back; that is how
- * it recovers results it dropped after a gap, wherever the switch cannot
- * grow its small NAK or ACK into a result (skb-built frames on veth).
+ * but for an RC device only those whose results it has ACKed. A device
+ * resends what is not ACKed when its timer runs out, and such a duplicate,
+ * full-sized, gets its result back; that is how it recovers results it
+ * dropped after a gap, wherever the switch cannot grow its small NAK or
+ * ACK into a result (skb-built frames on veth).
  */
 static __always_inline __u32 roce_ack_upto(const struct incxdp_roce_conn *conn)
 {
 	__u32 taken = roce_taken(conn);
 
-	if (conn->peer_acked && roce_psn_diff(conn->peer_acked, taken) < 0)
+	if (conn->rc_device && roce_psn_diff(conn->peer_acked, taken) < 0)
 		return conn->peer_acked;
 	return taken;
 }
@@ -263,8 +263,11 @@ static __always_inline void roce_from_child(struct xdp_md *ctx, const struct roc
 
 	if (conn->strict ? d > 0 : d >= win) {
 		/* One NAK per gap: the host goes back N from epsn; the frames
-		 * already in flight behind the lost one must not each ask. */
-		if (!conn->strict || conn->nak_sent) {
+		 * already in flight behind the lost one must not each ask. A NAK
+		 * also ACKs everything before epsn, which a device must not hear
+		 * while it lacks results of those SENDs: its timer recovers then. */
+		if (!conn->strict || conn->nak_sent ||
+		    roce_psn_diff(roce_ack_upto(conn), roce_taken(conn)) < 0) {
 			plan_drop(pl, INCXDP_STAT_ROCE_AHEAD_DROP);
 			return;
 		}
@@ -452,7 +455,7 @@ static __always_inline int roce_ingress(struct xdp_md *ctx, struct cursor *c,
 	struct incxdp_roce_conn *conn;
 	struct incxdp_job *job;
 	__u32 key, idx, imm, op;
-	int resend = 0;
+	int resend = 0, ret;
 
 	if (roce_parse(c, ip, udp, &r) < 0)
 		return roce_drop(INCXDP_STAT_ROCE_MALFORMED);
@@ -491,7 +494,14 @@ static __always_inline int roce_ingress(struct xdp_md *ctx, struct cursor *c,
 	q.slot = job->pool_base + (idx & (job->pool_size - 1));
 	if (r.opcode == ROCE_OP_ACK) {
 		roce_peer_nak(ctx, conn, &q, &pl, resend);
-		return roce_finish(ctx, &pl, conn, job);
+		ret = roce_finish(ctx, &pl, conn, job);
+		/* The NAK or ACK could not grow into the result (skb-built frames
+		 * on veth have no tailroom): stop answering ACKs with results, so
+		 * that the next one gets the ACK the peer is owed instead, and its
+		 * timer resends the SENDs whose results it lacks (full-sized). */
+		if (ret == XDP_DROP && pl.tx == RTX_TX)
+			conn->peer_resend = 0;
+		return ret;
 	}
 
 	imm = r.has_imm ? r.word : conn->imm;

@@ -576,6 +576,9 @@ TEST_F(RoceEngineTest, DuplicateWhoseResultTheHostAckedGetsAnAck) {
 // it the next held one, until the live edge (nothing held) ends it.
 TEST_F(RoceEngineTest, AfterAPeerNakItsAcksClockTheHeldResultsOut) {
     install(2, true);
+    auto dev = conn(child_qpn(0)); // host 0's QP is a device's (`rules set-qpn`)
+    dev.rc_device = 1;
+    put_conn(child_qpn(0), dev);
     const uint32_t op = allreduce(ROCE_OPR_SUM);
     for (uint32_t idx = 0; idx < 3; idx++) {
         run(from_host(0, idx, op, ramp(16, int32_t(idx))));
@@ -619,11 +622,13 @@ TEST_F(RoceEngineTest, AfterAPeerNakItsAcksClockTheHeldResultsOut) {
     EXPECT_EQ(from_peer(ROCE_AETH_ACK, 1).stat, INCXDP_STAT_ROCE_PEER_ACK);
     EXPECT_EQ(conn(child_qpn(0)).peer_acked, 3u);
     // Host 1 never NAKed: its ACKs never resend (the first gets the ACK
-    // owed for its completing SENDs).
+    // owed for its completing SENDs: all of them, not being a device's).
     a.dqpn = child_qpn(1);
     a.word = ROCE_AETH_ACK | 1;
     a.psn = child_tx_base(1);
-    EXPECT_EQ(run(roce_frame(host_ep(1), switch_ep(), a)).stat, INCXDP_STAT_ROCE_LATE_ACK);
+    auto all = run(roce_frame(host_ep(1), switch_ep(), a));
+    EXPECT_EQ(all.stat, INCXDP_STAT_ROCE_LATE_ACK);
+    EXPECT_EQ(parse_out(all.out).psn, child_rx_base(1) + 2);
     EXPECT_EQ(run(roce_frame(host_ep(1), switch_ep(), a)).stat, INCXDP_STAT_ROCE_PEER_ACK);
 }
 

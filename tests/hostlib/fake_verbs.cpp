@@ -197,6 +197,13 @@ struct World {
         timer.join();
         if (net.joinable())
             net.join();
+        if (std::getenv("INCXDP_FAKE_VERBS_STATS")) // wire mode, for a look at a run
+            std::fprintf(stderr,
+                         "fake0 wire: sends %lu resends %lu results %lu duplicates %lu acks_in %lu "
+                         "naks_in %lu acks_out %lu naks_out %lu bad %lu\n",
+                         wstats.sends, wstats.resends, wstats.results, wstats.duplicates,
+                         wstats.acks_in, wstats.naks_in, wstats.acks_out, wstats.naks_out,
+                         wstats.bad);
         if (pkt_fd >= 0)
             close(pkt_fd);
         if (udp_fd >= 0)

@@ -469,8 +469,10 @@ TEST_F(TreeRulesNetns, SetQpnTellsTheLeafTheQpnADeviceAssigned) {
     ASSERT_EQ(after.size(), before.size());
     for (const auto &[qpn, v] : before) {
         json want = v;
-        if (qpn == c.parent_qpn)
+        if (qpn == c.parent_qpn) {
             want["peer_qpn"] = 0x1234;
+            want["rc_device"] = 1; // its SENDs are ACKed as far as it has their results
+        }
         EXPECT_EQ(after.at(qpn), want) << "connection QPN " << qpn;
     }
 
@@ -484,6 +486,7 @@ TEST_F(TreeRulesNetns, SetQpnTellsTheLeafTheQpnADeviceAssigned) {
     r = cli(rules_args("apply"));
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(conns(c.parent).at(c.parent_qpn).at("peer_qpn"), c.child_qpn);
+    EXPECT_EQ(conns(c.parent).at(c.parent_qpn).at("rc_device"), 0);
 }
 
 TEST_F(TreeRulesNetns, ClearUnloadRemovesTheEngines) {

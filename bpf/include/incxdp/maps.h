@@ -161,7 +161,10 @@ struct incxdp_roce_conn {
 	 * gets the ACK it is owed (an RC device frees its send queue only on
 	 * ACKs, and resends on its ACK timeout). */
 	__u32 acked_up;
-	__u32 pad1;
+	/* CHILD: the peer is an RDMA device's RC QP (`incxdp rules set-qpn`
+	 * gave us its QPN): it ACKs our results and drops those after a gap,
+	 * so its SENDs are ACKed only as far as it has their results. */
+	__u32 rc_device;
 };
 
 /* One aggregation slot, both shadow sets. The lock guards every field;

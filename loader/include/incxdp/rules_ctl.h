@@ -113,8 +113,10 @@ struct QpnSet {
 /// A host whose RC QP is a device's (TransportKind::Verbs) learns its QPN
 /// only when it creates the QP, so its control plane calls this after
 /// `rules apply` and before the host's first packet (the connection's
-/// receive state is rewritten with it, so not during traffic). The job must
-/// be applied on that switch; `qpn` in 1..0xffffff.
+/// receive state is rewritten with it, so not during traffic). It also
+/// marks the connection as a device's (rc_device: its SENDs are ACKed only
+/// as far as it ACKed their results, docs/ROCE.md §6) until the next
+/// apply. The job must be applied on that switch; `qpn` in 1..0xffffff.
 QpnSet set_qpn(const topo::Topology &t, const Options &o, uint32_t job, uint32_t rank,
                uint32_t qpn);
 
