@@ -1,7 +1,14 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// fake0 (fake_verbs.cpp): an RDMA device defined in place of libibverbs, for
-// the executables that link it instead of the library. What the tests can
-// ask it beyond the verbs API.
+// fake0: an RDMA device defined in place of libibverbs, for the executables
+// that link it instead of the library (so a verbs call the fake lacks fails
+// the link): VerbsSession's device path runs where there is no RDMA device.
+// One device, one ACTIVE Ethernet port (MTU 2048), GIDs 0: RoCEv1 and 2:
+// RoCEv2 of 192.0.2.1, 1: RoCEv2 fe80::1, 3: empty. RC between its own QPs
+// (fake_verbs_core.cpp) or, in wire mode, with a peer on a netdev
+// (fake_verbs_wire.cpp); the verbs themselves refuse what a device would:
+// QP states and attribute masks, SGEs outside their MR, CQ events not acked
+// before ibv_destroy_cq (fake_verbs_api.cpp). Below: what the tests can ask
+// it beyond the verbs API.
 #pragma once
 
 #include <cstdint>
