@@ -184,10 +184,12 @@ static __always_inline void plan_set(struct roce_plan *pl, __u32 stat, __u32 tx,
 	pl->o.slot = slot;
 }
 
-/* Whether a strict peer ACKed the result of idx on our stream. */
+/* Whether an RC device ACKed the result of idx on our stream (only devices
+ * ACK results: peer_acked stays 0 for other peers, which would read as
+ * "has it" for idx past 2^23 in 24-bit PSN arithmetic). */
 static __always_inline int roce_peer_has(const struct incxdp_roce_conn *conn, __u32 idx)
 {
-	return conn->strict && roce_psn_diff(conn->peer_acked, idx) > 0;
+	return conn->rc_device && roce_psn_diff(conn->peer_acked, idx) > 0;
 }
 
 /* Idx + 1 of the peer's last SEND we took, mod 2^24. */

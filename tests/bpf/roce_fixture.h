@@ -255,6 +255,13 @@ class RoceEngineTest : public ::testing::Test {
         return c;
     }
 
+    // What `incxdp rules set-qpn` does to host r's connection.
+    void make_rc_device(uint16_t r) {
+        incxdp_roce_conn c = conn(child_qpn(r));
+        c.rc_device = 1;
+        put_conn(child_qpn(r), c);
+    }
+
     void put_conn(uint32_t qpn, const incxdp_roce_conn &c) {
         incxdp_roce_conn_key k{qpn};
         ASSERT_EQ(bpf_map_update_elem(fd(skel_->maps.incxdp_roce_conns), &k, &c, BPF_ANY), 0)

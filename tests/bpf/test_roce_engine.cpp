@@ -541,6 +541,7 @@ TEST_F(RoceEngineTest, PeerAckIsConsumedAndPeerNakGetsTheResult) {
 // gets the ACK; before, the result again (the result may be what was lost).
 TEST_F(RoceEngineTest, DuplicateWhoseResultTheHostAckedGetsAnAck) {
     install(2, true);
+    make_rc_device(1); // host 1's QP is a device's (`rules set-qpn`); host 0's is hostlib's
     const uint32_t op = allreduce(ROCE_OPR_SUM);
     run(from_host(0, 0, op, ramp(32, 1)));
     ASSERT_EQ(run(from_host(1, 0, op, ramp(32, 1))).verdict, XDP_REDIRECT);
@@ -549,13 +550,13 @@ TEST_F(RoceEngineTest, DuplicateWhoseResultTheHostAckedGetsAnAck) {
     RoceFields a;
     a.opcode = ROCE_OP_ACK;
     a.dqpn = child_qpn(1);
-    a.psn = child_tx_base(1) - 1; // an ACK of nothing of ours moves nothing,
-    a.word = ROCE_AETH_ACK | 1;   // but gets the ACK owed for the completing SEND
-    EXPECT_EQ(run(roce_frame(host_ep(1), switch_ep(), a)).stat, INCXDP_STAT_ROCE_LATE_ACK);
+    a.psn = child_tx_base(1) - 1; // an ACK of nothing of ours moves nothing
+    a.word = ROCE_AETH_ACK | 1;
+    EXPECT_EQ(run(roce_frame(host_ep(1), switch_ep(), a)).stat, INCXDP_STAT_ROCE_PEER_ACK);
     EXPECT_EQ(run(from_host(1, 0, op, ramp(32, 1))).stat, INCXDP_STAT_ROCE_DUP_RESULT);
 
-    a.psn = child_tx_base(1); // host 1 has the result of idx 0
-    EXPECT_EQ(run(roce_frame(host_ep(1), switch_ep(), a)).stat, INCXDP_STAT_ROCE_PEER_ACK);
+    a.psn = child_tx_base(1); // host 1 has the result of idx 0: owed the ACK of SEND 0
+    EXPECT_EQ(run(roce_frame(host_ep(1), switch_ep(), a)).stat, INCXDP_STAT_ROCE_LATE_ACK);
     EXPECT_EQ(conn(child_qpn(1)).peer_acked, 1u); // idx 0 + 1
     auto d = run(from_host(1, 0, op, ramp(32, 1)));
     ASSERT_EQ(d.verdict, XDP_TX);
@@ -564,11 +565,51 @@ TEST_F(RoceEngineTest, DuplicateWhoseResultTheHostAckedGetsAnAck) {
     EXPECT_EQ(o.opcode, ROCE_OP_ACK);
     EXPECT_EQ(o.dqpn, host_qpn(1));
     EXPECT_EQ(o.psn, child_rx_base(1) + 0) << "cumulative: the last PSN taken";
-    // An older ACK does not take it back; host 0 has ACKed nothing.
+    // An older ACK does not take it back.
     a.psn = child_tx_base(1) - 5;
     run(roce_frame(host_ep(1), switch_ep(), a));
     EXPECT_EQ(conn(child_qpn(1)).peer_acked, 1u); // idx 0 + 1
+    // Not a device: whatever it sends, a duplicate gets the result.
+    a.dqpn = child_qpn(0);
+    a.psn = child_tx_base(0);
+    run(roce_frame(host_ep(0), switch_ep(), a));
     EXPECT_EQ(run(from_host(0, 0, op, ramp(32, 1))).stat, INCXDP_STAT_ROCE_DUP_RESULT);
+}
+
+// A device's SENDs are ACKed only as far as it has their results (its
+// timer resends the rest, and each duplicate fetches its result), and it
+// gets no sequence NAK while ACKs are held back, since a NAK ACKs all
+// before its PSN. hostlib's hosts get both as always.
+TEST_F(RoceEngineTest, DeviceAcksStopAtItsResultsAndItGetsNoNakThen) {
+    install(2, true);
+    make_rc_device(0);
+    const uint32_t op = allreduce(ROCE_OPR_SUM);
+    // Idx 0 completes (host 1 last); host 0's SEND 1 asks for an ACK.
+    run(from_host(0, 0, op, ramp(16, 1)));
+    ASSERT_EQ(run(from_host(1, 0, op, ramp(16, 1))).verdict, XDP_REDIRECT);
+    auto r = run(from_host(0, 1, op, ramp(16, 1), /*ackreq*/ true));
+    ASSERT_EQ(r.stat, INCXDP_STAT_ROCE_ACK);
+    EXPECT_EQ(parse_out(r.out).psn, (child_rx_base(0) - 1) & ROCE_PSN_MASK)
+        << "no result ACKed yet: nothing of its SENDs";
+    auto h1 = run(from_host(1, 1, op, ramp(16, 1), true)); // completes idx 1: no ACK
+    ASSERT_EQ(h1.verdict, XDP_REDIRECT);
+    // SEND 3 of host 0 arrives ahead (2 lost): dropped, not NAKed.
+    EXPECT_EQ(run(from_host(0, 3, op, ramp(16, 1))).stat, INCXDP_STAT_ROCE_AHEAD_DROP);
+    // Host 1 is hostlib's: a gap there gets the NAK.
+    EXPECT_EQ(run(from_host(1, 3, op, ramp(16, 1))).stat, INCXDP_STAT_ROCE_NAK);
+    // Once host 0 has both results, its ACKs cover both SENDs, and a gap
+    // gets the NAK again.
+    RoceFields a;
+    a.opcode = ROCE_OP_ACK;
+    a.dqpn = child_qpn(0);
+    a.psn = child_tx_base(0) + 1;
+    a.word = ROCE_AETH_ACK | 2;
+    auto late = run(roce_frame(host_ep(0), switch_ep(), a));
+    ASSERT_EQ(late.stat, INCXDP_STAT_ROCE_LATE_ACK);
+    EXPECT_EQ(parse_out(late.out).psn, child_rx_base(0) + 1);
+    auto nak = run(from_host(0, 3, op, ramp(16, 1)));
+    ASSERT_EQ(nak.stat, INCXDP_STAT_ROCE_NAK);
+    EXPECT_EQ(parse_out(nak.out).psn, child_rx_base(0) + 2);
 }
 
 // An RC device drops every result after a gap and NAKs once. One frame out
@@ -576,9 +617,7 @@ TEST_F(RoceEngineTest, DuplicateWhoseResultTheHostAckedGetsAnAck) {
 // it the next held one, until the live edge (nothing held) ends it.
 TEST_F(RoceEngineTest, AfterAPeerNakItsAcksClockTheHeldResultsOut) {
     install(2, true);
-    auto dev = conn(child_qpn(0)); // host 0's QP is a device's (`rules set-qpn`)
-    dev.rc_device = 1;
-    put_conn(child_qpn(0), dev);
+    make_rc_device(0); // host 0's QP is a device's (`rules set-qpn`)
     const uint32_t op = allreduce(ROCE_OPR_SUM);
     for (uint32_t idx = 0; idx < 3; idx++) {
         run(from_host(0, idx, op, ramp(16, int32_t(idx))));
