@@ -293,6 +293,18 @@ HookStatus read_status(const std::string &root, uint64_t inode, const std::strin
 
 } // namespace
 
+void apply_update(const RateUpdate &u, incxdp_chaos_config &c) {
+    c.enabled = 1;
+    if (u.loss_ppm)
+        c.loss_ppm = *u.loss_ppm;
+    if (u.dup_ppm)
+        c.dup_ppm = *u.dup_ppm;
+    if (u.corrupt_ppm)
+        c.corrupt_ppm = *u.corrupt_ppm;
+    if (u.reorder_ppm)
+        c.reorder_ppm = *u.reorder_ppm;
+}
+
 Counters counters_from(const uint64_t (&sum)[INCXDP_CHAOS_STAT_MAX]) {
     Counters c;
     c.seen = sum[INCXDP_CHAOS_SEEN];
@@ -426,13 +438,7 @@ HookStatus set(const std::string &iface, Hook h, const RateUpdate &update,
     if (cur.attached && pinned(hdir)) {
         cfg = {1, cur.rates.loss_ppm, cur.rates.dup_ppm, cur.rates.corrupt_ppm, 0};
     }
-    cfg.enabled = 1;
-    if (update.loss_ppm)
-        cfg.loss_ppm = *update.loss_ppm;
-    if (update.dup_ppm)
-        cfg.dup_ppm = *update.dup_ppm;
-    if (update.corrupt_ppm)
-        cfg.corrupt_ppm = *update.corrupt_ppm;
+    apply_update(update, cfg); // no reordering here: refused above
 
     if (cur.attached && pinned(hdir)) {
         // Running: one map update, the program picks it up on its next frame.

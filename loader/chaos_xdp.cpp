@@ -133,15 +133,7 @@ HookStatus set(const std::string &iface, const RateUpdate &u) {
     Maps m = maps_of(iface);
     incxdp_chaos_config c{};
     read_config(m, c); // absent: all rates 0
-    c.enabled = 1;
-    if (u.loss_ppm)
-        c.loss_ppm = *u.loss_ppm;
-    if (u.dup_ppm)
-        c.dup_ppm = *u.dup_ppm;
-    if (u.corrupt_ppm)
-        c.corrupt_ppm = *u.corrupt_ppm;
-    if (u.reorder_ppm)
-        c.reorder_ppm = *u.reorder_ppm;
+    apply_update(u, c);
     // Counters and the duplication devmap before the rates: the first
     // frame that sees the rates finds both.
     zero_counters(m, iface, BPF_NOEXIST);

@@ -12,6 +12,8 @@
 namespace incxdp::ctl::chaos {
 // Counters from per-CPU sums indexed by enum incxdp_chaos_stat (both hooks).
 Counters counters_from(const uint64_t (&sum)[INCXDP_CHAOS_STAT_MAX]);
+// The rates an update gives replace those in c, the others stay; enabled.
+void apply_update(const RateUpdate &u, incxdp_chaos_config &c);
 } // namespace incxdp::ctl::chaos
 
 namespace incxdp::ctl::chaos::xdp {

@@ -192,12 +192,7 @@ void cmd_show(const RulesArgs &a, CLI::App *cmd) {
     bool first = true;
     for (uint32_t id :
          rules::tree_jobs(t, cmd->count("--job") ? std::optional(a.job) : std::nullopt)) {
-        topo::TreePlan plan;
-        try {
-            plan = topo::plan_tree(t, id);
-        } catch (const topo::TopologyError &e) {
-            throw Error(e.what());
-        }
+        const topo::TreePlan plan = rules::plan(t, id);
         if (a.flags.json) {
             jobs.push_back(plan_json(t, plan, a));
             continue;

@@ -458,6 +458,15 @@ std::vector<uint32_t> tree_jobs(const topo::Topology &t, std::optional<uint32_t>
     return out;
 }
 
+topo::TreePlan plan(const topo::Topology &t, uint32_t job) {
+    tree_jobs(t, job);
+    try {
+        return topo::plan_tree(t, job);
+    } catch (const topo::TopologyError &e) {
+        throw CtlError(e.what());
+    }
+}
+
 namespace {
 
 // Calls fn(job, switch, namespace, pin dir) for every switch of each
@@ -468,17 +477,12 @@ void for_each_switch(const topo::Topology &t, const Options &o, const char *verb
                                               const std::string &, const std::string &)> &fn,
                      const std::function<std::string()> &done_so_far) {
     for (uint32_t id : tree_jobs(t, o.job)) {
-        topo::TreePlan plan;
-        try {
-            plan = topo::plan_tree(t, id);
-        } catch (const topo::TopologyError &e) {
-            throw CtlError(e.what());
-        }
-        for (const auto &ts : plan.switches) {
+        const topo::TreePlan p = plan(t, id);
+        for (const auto &ts : p.switches) {
             const std::string ns = topo::netns_name(o.prefix, ts.name);
             const std::string dir = topo::switch_pin_dir(o.pin_root, o.prefix, ts.name);
             try {
-                fn(id, plan, ts.name, ns, dir);
+                fn(id, p, ts.name, ns, dir);
             } catch (const std::exception &e) {
                 const std::string done = done_so_far();
                 throw CtlError(fmt::format("rules {}: job {} on switch {} (namespace {}, pins {}): "
@@ -535,17 +539,11 @@ QpnSet set_qpn(const topo::Topology &t, const Options &o, uint32_t job, uint32_t
                uint32_t qpn) {
     if (qpn == 0 || qpn > ROCE_QPN_MASK)
         throw CtlError(fmt::format("rules set-qpn: QPN {:#x} is not in 1..0xffffff", qpn));
-    tree_jobs(t, job); // a roce-tree job of the file
-    topo::TreePlan plan;
-    try {
-        plan = topo::plan_tree(t, job);
-    } catch (const topo::TopologyError &e) {
-        throw CtlError(e.what());
-    }
-    if (rank >= plan.ranks.size())
+    const topo::TreePlan p = plan(t, job);
+    if (rank >= p.ranks.size())
         throw CtlError(fmt::format("rules set-qpn: job {} has {} ranks, there is no rank {}", job,
-                                   plan.ranks.size(), rank));
-    const topo::RoceConn &c = plan.conn_of_rank(rank);
+                                   p.ranks.size(), rank));
+    const topo::RoceConn &c = p.conn_of_rank(rank);
     QpnSet out;
     out.job = job;
     out.rank = rank;

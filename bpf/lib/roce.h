@@ -287,7 +287,13 @@ static __always_inline void roce_from_child(struct xdp_md *ctx, const struct roc
 		return;
 	}
 	q->kind = RSET_CHILD;
-	q->bcast_data = roce_imm_dest(q->imm) < 64 && (conn->subtree_ranks >> roce_imm_dest(q->imm)) & 1;
+	/* Broadcast: only the payload from the root rank's side is data. A
+	 * host whose frames cannot grow here (skb-built frames on veth have no
+	 * tailroom) pads its SENDs, so that whichever completes a set has room
+	 * for the data; the padding is no contribution. */
+	if (roce_imm_prim(q->imm) == ROCE_PRIM_BROADCAST &&
+	    !(roce_imm_dest(q->imm) < 64 && (conn->subtree_ranks >> roce_imm_dest(q->imm)) & 1))
+		q->nelems = 0;
 	q->bit = 1u << (conn->child & (INCXDP_MAX_WORKERS - 1));
 	q->fanin = job->nworkers;
 	a = incxdp_roce_set(ctx, q);

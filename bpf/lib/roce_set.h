@@ -47,10 +47,7 @@ struct roce_req {
 	__u8 root;     /* this switch is the job's root */
 	__u8 op;       /* INCXDP_OP_* */
 	__u8 dtype;
-	/* RSET_CHILD, Broadcast: the child's subtree holds the root rank, so
-	 * its payload is the data; any other child's payload is padding. */
-	__u8 bcast_data;
-	__u8 pad[2];
+	__u8 pad[3];
 	struct roce_view v; /* out: the set after the operation */
 };
 
@@ -242,11 +239,6 @@ __attribute__((noinline)) int incxdp_roce_set(struct xdp_md *ctx, struct roce_re
 	k.nelems = q->nelems < ROCE_MAX_ELEMS ? q->nelems : ROCE_MAX_ELEMS;
 	k.op = q->op;
 	k.dtype = q->dtype;
-	/* A host whose frames cannot grow here (skb-built frames on veth have
-	 * no tailroom) pads its Broadcast SENDs, so that whichever completes a
-	 * set has room for the data. */
-	if (q->kind == RSET_CHILD && roce_imm_prim(q->imm) == ROCE_PRIM_BROADCAST && !q->bcast_data)
-		k.nelems = 0;
 	if (q->kind == RSET_PARENT)
 		return roce_store_result(slot, q->set, q->idx, &k, end, &q->v);
 	ret = roce_agg_child(slot, q->set, q->idx, q->imm, &k, q->bit, q->fanin, q->root, end,

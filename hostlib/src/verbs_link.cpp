@@ -13,6 +13,8 @@
 namespace incxdp::detail {
 
 #if INCXDP_HAVE_VERBS
+static_assert(kVerbsGidAuto == UINT32_MAX, "VerbsOptions::gid_index passes auto through");
+
 namespace {
 
 class VerbsLink final : public RoceLink {
@@ -45,7 +47,7 @@ class VerbsLink final : public RoceLink {
     static VerbsConfig session_config(const CommConfig &c) {
         VerbsConfig v;
         v.device = c.verbs.device;
-        v.gid_index = c.verbs.gid_index == UINT32_MAX ? kVerbsGidAuto : c.verbs.gid_index;
+        v.gid_index = c.verbs.gid_index; // UINT32_MAX = kVerbsGidAuto
         v.local_ip = c.local_ip;
         v.switch_ip = c.switch_ip;
         v.remote_qpn = c.roce.remote_qpn;

@@ -21,7 +21,8 @@ void set_no_ack(uint32_t qpn);                 ///< SENDs to this QP are taken b
 std::vector<uint32_t> sent_psns(uint32_t qpn); ///< first PSN of every SEND of the QP
 std::string take_errors();                     ///< misuse seen so far (and clear it)
 
-/// Wire mode (INCXDP_FAKE_VERBS_IP set): what went over the netdev.
+/// Wire mode (INCXDP_FAKE_VERBS_IP set): what went over the netdev, printed
+/// to stderr at exit with INCXDP_FAKE_VERBS_STATS set.
 struct WireStats {
     uint64_t sends = 0, resends = 0;             ///< SEND frames out; of those, go-back-N
     uint64_t results = 0, duplicates = 0;        ///< SENDs in: taken in order; older
@@ -29,6 +30,5 @@ struct WireStats {
     uint64_t acks_out = 0, naks_out = 0;         ///< to the peer
     uint64_t bad = 0;                            ///< frames to us that failed parse or ICRC
 };
-WireStats wire_stats();
 
 } // namespace fakeverbs

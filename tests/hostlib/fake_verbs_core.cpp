@@ -286,11 +286,6 @@ std::vector<uint32_t> sent_psns(uint32_t qpn) {
     return q ? q->sent_psns : W().psns_of_destroyed[qpn];
 }
 
-WireStats wire_stats() {
-    std::lock_guard lk(W().mu);
-    return W().wstats;
-}
-
 std::string take_errors() {
     std::lock_guard lk(W().mu);
     return std::exchange(W().errors, std::string());

@@ -566,11 +566,13 @@ class EchoCall final : public RocePackets {
         sent_[k] = uint32_t(len / 4);
         return sent_[k];
     }
-    uint32_t result_elems(uint64_t k) const override { return sent_[k]; }
+    uint32_t result_elems(uint64_t k) const override { return sent_[k] + result_skew; }
     void consume(uint64_t k, std::span<const std::byte> p) override {
         if (take_)
             take_(k, p);
     }
+
+    uint32_t result_skew = 0; ///< expect results this many elements longer than sent
 
   private:
     uint64_t n_;
@@ -858,6 +860,25 @@ TEST_F(VerbsCommunicator, PublishFailureAndNoDeviceConfigAreClearErrors) {
     c = comm_config(echo, maxp, &published);
     c.roce.remote_qpn = 0;
     EXPECT_THROW(Communicator{c}, std::invalid_argument);
+}
+
+TEST_F(VerbsLoopback, ResultOfAnotherLengthIsAnError) {
+    const uint32_t maxp = max_payload();
+    EchoPeer echo(device_, ip_, maxp);
+    VerbsConfig cfg = host_config(echo.qpn(), maxp);
+    VerbsSession s(cfg);
+    echo.connect(cfg, s.qp_num());
+    EchoCall call(3, verbs_imm(ROCE_IMM_ALL_RANKS, ROCE_PRIM_ALLREDUCE, ROCE_OPR_SUM, 0),
+                  [](uint64_t, std::span<std::byte>) { return size_t(64); });
+    call.result_skew = 16;
+    try {
+        s.run(call);
+        FAIL() << "no error";
+    } catch (const std::runtime_error &e) {
+        EXPECT_NE(std::string(e.what()).find("has 64 B of payload, this collective expects 128 B"),
+                  std::string::npos)
+            << e.what();
+    }
 }
 
 #ifdef INCXDP_VERBS_FAKE

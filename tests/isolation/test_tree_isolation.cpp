@@ -25,6 +25,15 @@ class TreeIntruder : public TreeTopology {
     }
     static void TearDownTestSuite() { tear_down(); }
 
+    // Waits (up to 30 s) until switch sw has sent 2000 aggregates up since
+    // `before` (its roce_up then): the job is running.
+    void wait_until_running(const std::string &sw, uint64_t before)
+    {
+        for (int i = 0; i < 600 && stats(sw)["roce_up"] < before + 2000; i++)
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        EXPECT_GE(stats(sw)["roce_up"], before + 2000) << "the job never got going";
+    }
+
     void expect_the_job_runs_again()
     {
         ASSERT_EQ(rules_apply().status, 0);
@@ -146,9 +155,7 @@ TEST_F(TreeIntruder, EnginesReloadedMidRunGiveClearErrorsNeverAWrongResult)
     auto workers = std::async(std::launch::async,
                               [this] { return run_with([](size_t r) { return worker(r, "256M", "3"); }); });
     // Once results flow (the workers first fill 256 MiB of data).
-    for (int i = 0; i < 600 && stats("s1")["roce_up"] < before + 2000; i++)
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    EXPECT_GE(stats("s1")["roce_up"], before + 2000) << "the job never got going";
+    wait_until_running("s1", before);
     auto clear = cli({"rules", "clear", file_, "--prefix", prefix_, "--pin-root", pin_root_, "--unload"});
     EXPECT_EQ(clear.status, 0) << clear.err;
     EXPECT_EQ(rules_apply().status, 0);
@@ -172,9 +179,7 @@ TEST_F(TreeIntruder, RestartedWorkerAloneCannotRejoinTheRun)
     auto first = std::async(std::launch::async,
                             [this] { return run_with([](size_t r) { return worker(r, "256M", "3"); }); });
     // Rank 3 (below s2) is killed once results flow, then started again.
-    for (int i = 0; i < 600 && stats("s2")["roce_up"] < before + 2000; i++)
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    EXPECT_GE(stats("s2")["roce_up"], before + 2000) << "the job never got going";
+    wait_until_running("s2", before);
     proc::run({"pkill", "-KILL", "-f", "incxdp-worker --topo " + file_ + " --job 1 --rank 3 "});
     auto again = in_node(ranks_[3], worker(3, "256M", "3"));
     auto res = first.get();

@@ -50,6 +50,9 @@ SwitchRules compile(const topo::Topology &t, const topo::TreePlan &plan, const s
 /// The roce-tree jobs of the file, or just `only` (an error if it is not
 /// one). An error too if there are none.
 std::vector<uint32_t> tree_jobs(const topo::Topology &t, std::optional<uint32_t> only = {});
+/// topo::plan_tree() of roce-tree job `job` of the file; CtlError if it is
+/// none or cannot be planned.
+topo::TreePlan plan(const topo::Topology &t, uint32_t job);
 
 struct Options {
     std::string prefix = "ix-";           ///< namespace of node N: <prefix>N
