@@ -189,7 +189,7 @@ void Aggregator::retransmit(std::chrono::steady_clock::duration timeout, size_t 
 
 // ---- docs/ROCE.md §3, per frame
 
-// Payload a whole number of 64 B blocks, at most 2048 B, and a known ImmDt.
+// Payload a whole number of 64 B blocks, at most ROCE_MAX_PAYLOAD, and a known ImmDt.
 bool Aggregator::send_ok(const Conn &c, const View &v, uint32_t &imm) {
     imm = v.imm ? *v.imm : c.imm;
     if (v.payload_len % (4 * INCXDP_ELEM_QUANTUM) || v.payload_len > ROCE_MAX_PAYLOAD ||

@@ -24,7 +24,7 @@ inline constexpr size_t kUdpOff = kIpOff + 20;
 inline constexpr size_t kBthOff = kUdpOff + 8;
 inline constexpr size_t kHdrsLen = ROCE_HDRS_LEN; // 54
 static_assert(kBthOff + sizeof(roce_bth) == kHdrsLen);
-/// Largest frame this code builds or accepts: an *_IMM SEND with 2048 B.
+/// Largest frame this code builds or accepts: an *_IMM SEND with ROCE_MAX_PAYLOAD.
 inline constexpr size_t kMaxFrame = kHdrsLen + ROCE_IMM_LEN + ROCE_MAX_PAYLOAD + ROCE_ICRC_LEN;
 
 /// Our end of one connection as our frames to the peer name it.

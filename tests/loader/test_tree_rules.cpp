@@ -447,7 +447,7 @@ TEST(CompileRules, LeafSwitchOfTree124) {
     EXPECT_EQ(r.job.nworkers, 2u);
     EXPECT_EQ(r.job.pool_base, 0u);
     EXPECT_EQ(r.job.pool_size, 256u);
-    EXPECT_EQ(r.job.max_elems, 512u);
+    EXPECT_EQ(r.job.max_elems, uint32_t(ROCE_MAX_PAYLOAD / 4));
     EXPECT_EQ(r.job.switch_ip, be("10.79.0.252"));
     EXPECT_EQ(r.job.parent_qpn, up.child_qpn);
 

@@ -69,8 +69,14 @@ INCXDP_STATIC_ASSERT(sizeof(struct roce_aeth) == 4, "AETH layout");
 #define ROCE_MIN_IMM_FRAME (ROCE_HDRS_LEN + ROCE_IMM_LEN + ROCE_ICRC_LEN)
 /* An ACK/NAK frame: 62 B. */
 #define ROCE_ACK_FRAME (ROCE_HDRS_LEN + 4 + ROCE_ICRC_LEN)
-/* Largest payload: RoCE path MTU 2048 (the IBA MTU, payload only). */
-#define ROCE_MAX_PAYLOAD 2048
+/*
+ * Largest payload: 832 int32 (INCXDP_MAX_ELEMS, what a slot holds), one
+ * SEND_ONLY message of path MTU 4096. Its 3394 B frame is the largest that
+ * fits the linear part of an XDP buffer (bpf/lib/icrc.h) on a 3500 B link;
+ * 4096 B would need xdp.frags. Hosts whose device negotiates path MTU 2048
+ * (rxe on that link) send up to 2048 B, hostlib's default.
+ */
+#define ROCE_MAX_PAYLOAD 3328
 
 /*
  * ImmDt (host order after ntohl):
