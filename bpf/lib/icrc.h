@@ -17,7 +17,7 @@
  * slice-by-8):
  * - a callback costs a call and its bounds checks (~9 ns), so the payload
  *   goes in 256 B blocks; the word before it (ImmDt, AETH) is one inline
- *   step at its constant offset;
+ *   step at its constant offset, the < 256 B left over 8 B steps;
  * - slicing-by-16: the walk is bound by instructions (four per cycle) and by
  *   the chain through the running CRC, and 16 B per step halves the chain's
  *   share; see crc32_slice and crc_tab for the instruction-level choices.
@@ -109,11 +109,6 @@ static __always_inline __u32 crc32_slice(__u32 crc, const __u32 *w, int nw)
 	return h ^ a ^ b;
 }
 
-static __always_inline __u32 crc32_byte(__u32 crc, __u8 b)
-{
-	return (crc >> 8) ^ incxdp_crc32_table[0][(crc ^ b) & 0xff];
-}
-
 /* The bpf_loop state: where the walk starts, and the running CRC. */
 struct icrc_walk {
 	void *start;
@@ -121,23 +116,6 @@ struct icrc_walk {
 	__u32 crc;
 	__u32 short_frame; /* a read would have run past the end */
 };
-
-static long icrc_byte(__u64 i, void *arg)
-{
-	struct icrc_walk *w = arg;
-	__u8 *p;
-
-	if (i >= 4)
-		goto out;
-	p = w->start + i;
-	if ((void *)(p + 1) > w->end)
-		goto out;
-	w->crc = crc32_byte(w->crc, *p);
-	return 0;
-out:
-	w->short_frame = 1;
-	return 1;
-}
 
 static long icrc_word(__u64 i, void *arg)
 {
@@ -230,7 +208,8 @@ static __always_inline __u32 crc32_mulmod(__u32 a, __u32 b)
  * Ethernet | IPv4 (no options) | UDP | BTH | rest | ICRC: the last 4 bytes of
  * the buffer are the ICRC. ICRC_TAIL stores the CRC of `rest` alone there
  * (for incxdp_roce_icrc_from_tail). Returns -1 if the frame is too short or
- * too long for that, 1 on a mismatch (ICRC_CHECK), else 0.
+ * too long for that or its rest is not whole 32-bit words, 1 on a mismatch
+ * (ICRC_CHECK), else 0.
  */
 __attribute__((noinline)) int incxdp_roce_icrc(struct xdp_md *ctx, int mode)
 {
@@ -247,14 +226,17 @@ __attribute__((noinline)) int incxdp_roce_icrc(struct xdp_md *ctx, int mode)
 		return -1;
 	w.crc = mode == ICRC_TAIL ? 0xffffffffu : icrc_pseudo_hdr(hdr);
 
-	/* rest mod 8 first (a word, the AETH or ImmDt of our frames, then
-	 * bytes), then 8 B words up to a multiple of the block, then whole
-	 * blocks: a payload of n x 256 B starts where the blocks do. */
+	/* Whole 32-bit words only: PadCnt is 0 in every frame that parses. An
+	 * odd word first (the AETH or ImmDt of our frames), then 8 B words up
+	 * to a multiple of the block, then whole blocks: a payload of n x 256 B
+	 * starts where the blocks do. */
 	rest = len - ROCE_HDRS_LEN - ROCE_ICRC_LEN;
+	if (rest % 4)
+		return -1;
 	head = rest % 8;
 	words = (rest % ICRC_BLOCK) / 8;
 	w.end = end;
-	if (head >= 4) {
+	if (head) {
 		/* At a constant offset: no loop, no callback. */
 		const __u32 *q = data + ROCE_HDRS_LEN;
 
@@ -262,9 +244,6 @@ __attribute__((noinline)) int incxdp_roce_icrc(struct xdp_md *ctx, int mode)
 			return -1;
 		w.crc = crc32_slice(w.crc, q, 1);
 	}
-	w.start = data + ROCE_HDRS_LEN + (head & 4);
-	if (head & 3)
-		bpf_loop(head & 3, icrc_byte, &w, 0);
 	w.start = data + ROCE_HDRS_LEN + head;
 	if (words)
 		bpf_loop(words, icrc_word, &w, 0);

@@ -411,6 +411,32 @@ TEST_F(RoceEngineTest, BadIcrcIsDroppedAndCounted) {
     EXPECT_EQ(stat(INCXDP_STAT_ROCE_BAD_ICRC), 2u);
 }
 
+// Every shape of the ICRC walk that a frame which parses can have: with or
+// without the ImmDt word in front, then 0-3 words of 8 B and 0-13 blocks of
+// 256 B (payloads of 64 B steps up to the largest). Each frame with one bit
+// flipped in its last payload byte is a bad ICRC; the right one is not.
+TEST_F(RoceEngineTest, IcrcIsCheckedForEveryShapeOfTheWalk) {
+    install(2, true);
+    uint64_t flipped = 0;
+    for (uint8_t opcode : {uint8_t(ROCE_OP_SEND_ONLY_IMM), uint8_t(ROCE_OP_SEND_ONLY)}) {
+        for (size_t n = 16; n <= ROCE_MAX_PAYLOAD / 4; n += 16) {
+            RoceFields g;
+            g.opcode = opcode;
+            g.dqpn = child_qpn(0);
+            g.psn = child_rx_base(0);
+            g.word = allreduce(ROCE_OPR_SUM);
+            g.vals = ramp(n, int32_t(n), 7);
+            auto f = roce_frame(host_ep(0), switch_ep(), g);
+            auto bad = f;
+            bad[bad.size() - ROCE_ICRC_LEN - 1] ^= 0x10;
+            EXPECT_EQ(run(bad).stat, INCXDP_STAT_ROCE_BAD_ICRC) << n << " elements, opcode " << int(opcode);
+            EXPECT_NE(run(f).stat, INCXDP_STAT_ROCE_BAD_ICRC) << n << " elements, opcode " << int(opcode);
+            flipped++;
+        }
+    }
+    EXPECT_EQ(stat(INCXDP_STAT_ROCE_BAD_ICRC), flipped);
+}
+
 TEST_F(RoceEngineTest, UnknownQpWrongMacWrongIpAndWrongPortAreRefused) {
     install(2, true);
     const uint32_t op = allreduce(ROCE_OPR_SUM);
