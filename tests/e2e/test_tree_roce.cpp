@@ -59,6 +59,10 @@ class Tree124 : public TreeTopology {
         return {this};
     }
 
+    // 1 MiB AllReduces with `elems` per packet, captured on every port of
+    // every node and checked by scapy and tshark (below).
+    void capture_and_check(uint32_t elems);
+
     // AllReduces of these sizes, each verified by every rank; every rank of
     // every run but the 4 B one (whose single frame may get through
     // untouched) must have retransmitted.
@@ -352,7 +356,7 @@ TEST_F(Tree124Verbs, RecoversFromOnePercentLossOnEveryLink)
 // open and take over its capture map, so a capture misses nothing then.
 // A switch's streams may be reordered: consecutive slots completing on two CPUs at once leave in
 // either order (receivers take results in any order, docs/ROCE.md §3).
-TEST_F(Tree124, CapturedFramesPassScapyIcrcAndTsharkDecode)
+void Tree124::capture_and_check(uint32_t elems)
 {
     namespace fs = std::filesystem;
     fs::path dir = fs::temp_directory_path() / ("incxdp-cap-" + std::to_string(getpid()));
@@ -378,10 +382,11 @@ TEST_F(Tree124, CapturedFramesPassScapyIcrcAndTsharkDecode)
     TreeRun s{"allreduce", "1M"};
     s.apply = false;
     s.iters = 8;
+    s.elems = elems;
     run(s);
     // Per iteration and connection: one barrier message, then 1 MiB in
-    // messages of the RoCE path MTU (2048).
-    const int psns_per_stream = s.iters * (1 + (1 << 20) / 2048);
+    // messages of `elems` int32 (the last one padded).
+    const int psns_per_stream = s.iters * (1 + ((1 << 20) + 4 * elems - 1) / (4 * elems));
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     proc::run({"pkill", "-INT", "-f", "incxdp-cap-" + std::to_string(getpid())});
     for (size_t i = 0; i < caps.size(); i++) {
@@ -405,6 +410,14 @@ TEST_F(Tree124, CapturedFramesPassScapyIcrcAndTsharkDecode)
     // 4 hosts + 2 leaves up, 2 leaves + 4 hosts down: 12 SEND streams.
     EXPECT_EQ(j["streams"].get<int>(), 12) << chk.out;
     EXPECT_GT(j["wraps"].get<int>(), 0) << "tree124 starts its PSNs near 2^24:\n" << chk.out;
+}
+
+TEST_F(Tree124, CapturedFramesPassScapyIcrcAndTsharkDecode) { capture_and_check(512); }
+
+// The largest payload (path MTU 4096): 3394 B frames.
+TEST_F(Tree124, CapturedPathMtu4096FramesPassScapyIcrcAndTsharkDecode)
+{
+    capture_and_check(ROCE_MAX_PAYLOAD / 4);
 }
 
 class Tree1248 : public TreeTopology {
