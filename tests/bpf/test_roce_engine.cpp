@@ -748,7 +748,7 @@ TEST_F(RoceEngineTest, OtherUdpStillPassesAndJobChecks) {
 TEST_F(RoceEngineTest, DISABLED_PerPacketCost) {
     constexpr uint32_t kN = 4000;
     for (bool root : {true, false}) {
-        for (size_t n : {256u, 512u}) {
+        for (size_t n : {size_t(256), size_t(512), size_t(ROCE_MAX_PAYLOAD / 4)}) {
             TearDown();
             SetUp();
             install(2, root);
