@@ -174,19 +174,6 @@ bool have_pclmul() {
 }
 #endif
 
-// The byte-at-a-time table (zlib's first), for the < 16 bytes the folding
-// leaves: zlib's crc32() costs more in its setup for such lengths than this.
-constexpr std::array<uint32_t, 256> kCrcTable = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1)));
-        t[i] = c;
-    }
-    return t;
-}();
-
 // ICRC of the frame [p, p + len), len from the IPv4 total length. The
 // pseudo header (48 B, a masked copy) takes the first 16 bytes after the BTH
 // along, so that both halves fold whole 16 B blocks (no byte-wise head).
@@ -227,9 +214,12 @@ uint32_t crc32_ieee(uint32_t crc, std::span<const std::byte> data) {
         crc = ~crc32_fold(~crc, p, m);
         p += m;
         n -= m;
+        // The < 16 bytes left a byte at a time through zlib's table:
+        // crc32() itself costs more in its setup for such lengths.
+        const z_crc_t *table = get_crc_table();
         crc = ~crc;
         for (; n; ++p, --n)
-            crc = (crc >> 8) ^ kCrcTable[(crc ^ uint32_t(*p)) & 0xff];
+            crc = (crc >> 8) ^ uint32_t(table[(crc ^ uint32_t(*p)) & 0xff]);
         return ~crc;
     }
 #endif
