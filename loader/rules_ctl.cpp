@@ -3,7 +3,6 @@
 // switch, and installed on each switch's engine from inside its namespace.
 // What SwitchML's controller would write into Tofino tables per job, with
 // RC connections instead of a worker table.
-#include <incxdp/roce.h>
 #include <incxdp/rules_ctl.h>
 
 #include "pinned_maps.h"

@@ -292,7 +292,7 @@ static __always_inline void roce_from_child(struct xdp_md *ctx, const struct roc
 	 * tailroom) pads its SENDs, so that whichever completes a set has room
 	 * for the data; the padding is no contribution. */
 	if (roce_imm_prim(q->imm) == ROCE_PRIM_BROADCAST &&
-	    !(roce_imm_dest(q->imm) < 64 && (conn->subtree_ranks >> roce_imm_dest(q->imm)) & 1))
+	    !roce_subtree_has(conn, roce_imm_dest(q->imm)))
 		q->nelems = 0;
 	q->bit = 1u << (conn->child & (INCXDP_MAX_WORKERS - 1));
 	q->fanin = job->nworkers;

@@ -173,17 +173,19 @@ __attribute__((noinline)) int incxdp_roce_emit(struct xdp_md *ctx, const struct 
 	return icrc_store(ctx);
 }
 
+/* Whether `rank` sits behind the connection (its subtree's ranks). */
+static __always_inline int roce_subtree_has(const struct incxdp_roce_conn *conn, __u32 rank)
+{
+	return rank < 64 && (conn->subtree_ranks >> rank) & 1;
+}
+
 /*
  * A Reduce result goes only toward its root rank: every other port gets the
  * 0-payload completion (docs/ROCE.md §2).
  */
 static __always_inline int roce_reduce_cut(__u32 imm, const struct incxdp_roce_conn *to)
 {
-	__u32 root = roce_imm_dest(imm);
-
-	if (roce_imm_prim(imm) != ROCE_PRIM_REDUCE)
-		return 0;
-	return root >= 64 || !(to->subtree_ranks & (1ull << root));
+	return roce_imm_prim(imm) == ROCE_PRIM_REDUCE && !roce_subtree_has(to, roce_imm_dest(imm));
 }
 
 /*

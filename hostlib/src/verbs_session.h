@@ -28,11 +28,11 @@
 // Packets (run()): packet k of a collective (RocePackets, the same the
 // AF_XDP engine sends) is one SEND_WITH_IMM at the session's next idx,
 // payload and ImmDt from build(k) (n big-endian int32, <= max_payload; the
-// ImmDt in network order on the wire), posted in idx order with at most `window` without a result; every
-// `signal_every`-th WR and the last of a run are signaled, and a signaled
-// completion frees the send buffers up to its WR (send completions still
-// due when a run ends are taken by the next one). Results come as SENDs on
-// the switch's down PSN stream:
+// ImmDt in network order on the wire), posted in idx order with at most
+// `window` without a result; every `signal_every`-th WR and the last of a
+// run are signaled, and a signaled completion frees the send buffers up to
+// its WR (send completions still due when a run ends are taken by the next
+// one). Results come as SENDs on the switch's down PSN stream:
 // RC delivers them in PSN order, one receive WR each, so the k-th receive
 // completion is idx k. The session's idx runs on across run() calls, like
 // the PSN streams (a new session needs `incxdp rules apply` or `incxdp job

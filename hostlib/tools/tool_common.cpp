@@ -165,9 +165,9 @@ CommConfig make_config(const BootstrapOptions &o) {
     CommConfig c = CommConfig::from_topology(o.topo, o.job, o.rank);
     c.wire = parse_wire(o.wire);
     if (!o.transport.empty()) {
-        TransportKind t = parse_transport(o.transport);
-        bool tree = c.roce_tree();
-        if (tree != (t == TransportKind::Roce || t == TransportKind::Verbs))
+        const bool tree = c.roce_tree();
+        c.transport = parse_transport(o.transport);
+        if (tree != c.roce_tree())
             throw std::invalid_argument(
                 tree ? fmt::format("job {} of {} is a roce-tree job: run it with --transport roce "
                                    "or verbs",
@@ -175,7 +175,6 @@ CommConfig make_config(const BootstrapOptions &o) {
                      : fmt::format("job {} of {} is a star job: --transport {} needs a `kind: "
                                    "roce-tree` job",
                                    o.job, o.topo, o.transport));
-        c.transport = t;
     }
     if (c.transport != TransportKind::Verbs && !(o.verbs_device.empty() && o.publish_qpn.empty()))
         throw std::invalid_argument("--verbs-device and --publish-qpn need --transport verbs");

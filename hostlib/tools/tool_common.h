@@ -34,7 +34,7 @@ struct BootstrapOptions {
     std::string transport; // udp | afxdp | roce | verbs; empty = roce for roce-tree jobs, else udp
     std::string verbs_device;   // verbs: device name; empty = the one holding the rank's IP
     std::string publish_qpn;    // verbs: shell command run with the QP's number, see below
-    uint8_t verbs_ack_timeout = 14;
+    uint8_t verbs_ack_timeout = VerbsOptions{}.ack_timeout;
     uint32_t batch = 0;    // 0 = library default
     bool no_gso = false, udp_gro = false;
     std::string xdp_tx = "live"; // afxdp: live | ring

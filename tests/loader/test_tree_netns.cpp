@@ -203,9 +203,8 @@ class TreeRulesNetns : public ::testing::Test {
                 EXPECT_EQ(v.at("job"), 1);
                 for (const auto &[k, x] : fields.items())
                     EXPECT_EQ(v.at(k), x) << k << " in " << v.dump();
-                EXPECT_EQ(v.at("msn"), 0);
-                EXPECT_EQ(v.at("imm"), 0);
-                EXPECT_EQ(v.at("nak_sent"), 0);
+                for (const char *k : {"msn", "imm", "nak_sent", "peer_acked", "peer_resend", "acked_up"})
+                    EXPECT_EQ(v.at(k), 0) << k << " in " << v.dump();
             }
             EXPECT_EQ(egress(ts.name), want_egress);
 
@@ -250,6 +249,9 @@ class TreeRulesNetns : public ::testing::Test {
             v.msn = 1234;
             v.imm = 0xFFFF0100;
             v.nak_sent = 1;
+            v.peer_acked = 77;
+            v.peer_resend = 1;
+            v.acked_up = 55;
             ASSERT_EQ(bpf_map_update_elem(cfd, &key, &v, BPF_EXIST), 0);
         }
         close(cfd);
