@@ -33,7 +33,8 @@ struct Row {
     uint64_t bytes = 0;
     double median = 0, min = 0;
     uint64_t retx = 0;
-    double cpu = 0; ///< median CPU seconds per allreduce, summed over all ranks
+    uint64_t rx_dropped = 0; ///< frames our receive ring had no room for (AF_XDP, roce)
+    double cpu = 0;          ///< median CPU seconds per allreduce, summed over all ranks
 };
 
 // CPU time of this process: user + system, including the softirq work
@@ -78,6 +79,7 @@ Row measure(Communicator &comm, const Options &o, uint64_t bytes, std::vector<T>
             times.push_back(comm.last_stats().seconds);
             cpus.push_back(c1 - c0);
             row.retx += comm.last_stats().retransmissions;
+            row.rx_dropped += comm.last_stats().rx_dropped;
         }
     }
     row.median = median_of(times);
@@ -177,6 +179,7 @@ int main(int argc, char **argv) {
                                      {"min_s", r.min},
                                      {"algbw_MBps", algbw_mbps(r.bytes, r.median)},
                                      {"retransmissions", r.retx},
+                                     {"rx_dropped", r.rx_dropped},
                                      {"cpu_s_all_ranks", r.cpu}});
             std::cout << j.dump() << std::endl;
         }

@@ -264,6 +264,17 @@ class AfXdpTransport final : public Transport {
 
     std::string describe() const override { return describe_; }
 
+    // The kernel's own count (XDP_STATISTICS): a frame redirected here is
+    // dropped when the rx ring is full (rx_ring_full) or no fill-ring frame
+    // is left for it (rx_dropped, which also counts oversized frames).
+    uint64_t rx_dropped() const override {
+        xdp_statistics st{};
+        socklen_t len = sizeof(st);
+        if (getsockopt(xsk_socket__fd(xsk_), SOL_XDP, XDP_STATISTICS, &st, &len) != 0)
+            fail(errno, fmt::format("{}: getsockopt XDP_STATISTICS", describe_));
+        return st.rx_dropped + st.rx_ring_full;
+    }
+
   private:
     // The frame for datagram `p` at `out` (room for 42 + max_payload bytes):
     // our headers and p as the UDP payload, or p itself in raw mode. Returns

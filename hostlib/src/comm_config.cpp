@@ -21,6 +21,14 @@ namespace {
 // 128 in flight per worker: the best measured on the star topology
 // (docs/PERF.md); 256 overflows veth's 256-frame rx rings in bursts.
 constexpr uint32_t kDefaultWindow = 128;
+// Roce trees: 1024 in flight per rank. The hosts' AF_XDP rx ring is sized
+// to the window (communicator.cpp). On tree124, 64 MiB, 1024-2048 against
+// 128: 2 KB payloads 94 -> 112 MB/s, 1 KB the same, less CPU per
+// collective (fewer wake-ups); 16 MiB under 1% loss on every link (strict
+// go-back-N) 2.3 -> 1.2 s. 2048 overflows the 256-frame veth rings below
+// tree1248's root (hundreds of frames per 64 MiB, `xdp_xmit_errors`),
+// 1024 does not (docs/ROCE.md §4).
+constexpr uint32_t kRoceDefaultWindow = 1024;
 constexpr uint32_t kIpUdpLen = 20 + 8;
 constexpr uint32_t kMaxWindow = INCXDP_SLOT_INDEX_MASK + 1; // 14-bit slot index
 constexpr uint32_t kMaxBatch = 1024;                        // UIO_MAXIOV
@@ -75,7 +83,7 @@ CommConfig roce_from_plan(const topo::TreePlan &plan, const topo::Topology &t, u
     c.roce.any_order = plan.host_order == topo::HostOrder::Any;
     // The MACs stay zero: looked up on the host (interface, neighbour
     // table) when the transport opens, as AF_XDP does.
-    c.window = std::min(kDefaultWindow, leaf.pool_size);
+    c.window = std::min(kRoceDefaultWindow, leaf.pool_size);
     c.mtu = t.mtu > 0 ? uint32_t(t.mtu) : 0;
     c.timeout = c.roce.any_order ? kRoceAnyOrderTimeout : kRoceTimeout;
     c.max_timeout = kRoceMaxTimeout;

@@ -46,6 +46,13 @@ std::unique_ptr<Transport> transport_for(const CommConfig &cfg) {
         t.queue = cfg.xdp_queue;
         t.tx_live_frames = cfg.xdp_tx_live_frames;
         t.batch = cfg.batch;
+        // Every packet of the window can have its result (and an ACK per
+        // ack_every) land while this rank is not running: with 4 ranks on 2
+        // CPUs that is the common case, and a full rx ring drops the rest,
+        // which comes back only by retransmission (strict go-back-N: with
+        // everything sent after it). So the ring holds 1.25 windows and a batch.
+        t.rx_frames =
+            std::max<uint32_t>(t.rx_frames, cfg.window + cfg.window / 4 + uint32_t(cfg.batch));
         size_t payload = 4 * size_t(cfg.effective_elems_per_packet());
         if (cfg.transport == TransportKind::Roce) {
             // Whole frames: the switch's frames come to local_ip:4791.
@@ -99,6 +106,7 @@ CommStats &CommStats::operator+=(const CommStats &o) {
     acks += o.acks;
     naks += o.naks;
     bad_icrc += o.bad_icrc;
+    rx_dropped += o.rx_dropped;
     seconds += o.seconds;
     return *this;
 }
@@ -139,18 +147,22 @@ struct Communicator::Impl {
         detail::RoceSteps steps(c, cfg.rank, cfg.world_size, cfg.effective_elems_per_packet(),
                                 roce_exps, cfg.transport == TransportKind::Verbs);
         steps.prepare(what); // throws before anything is sent
+        uint64_t dropped = rx_dropped();
         try {
             roce->run(steps, what, last);
         } catch (...) {
             failed = true; // the connection's sequence is now unknown to the switch
             throw;
         }
+        last.rx_dropped = rx_dropped() - dropped;
         last.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         total += last;
     }
 
     void star_allreduce(const void *send, void *recv, size_t count, DType dtype, ReduceOp op,
                         const char *what);
+
+    uint64_t rx_dropped() const { return transport ? transport->rx_dropped() : 0; }
 
     void check_root(const char *what, uint32_t root) const {
         if (root >= cfg.world_size)
@@ -235,6 +247,7 @@ void Communicator::Impl::star_allreduce(const void *send, void *recv, size_t cou
         base_sets.push_back(next_set[l]);
     }
     detail::CallInfo call{round + 1, op, dtype, what};
+    uint64_t dropped = rx_dropped();
     if (dtype == DType::Int32) {
         detail::Int32Steps h(s, cfg.wire, op, static_cast<const int32_t *>(send),
                              static_cast<int32_t *>(recv));
@@ -247,6 +260,7 @@ void Communicator::Impl::star_allreduce(const void *send, void *recv, size_t cou
         round = call.round;
         run(s, call, h, last);
     }
+    last.rx_dropped = rx_dropped() - dropped;
     last.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     total += last;
 }

@@ -42,7 +42,8 @@ json stats_json(const CommStats &s) {
             {"malformed", s.malformed},
             {"acks", s.acks},
             {"naks", s.naks},
-            {"bad_icrc", s.bad_icrc}};
+            {"bad_icrc", s.bad_icrc},
+            {"rx_dropped", s.rx_dropped}};
 }
 
 // What a non-root rank's reduce buffer holds before and, untouched, after.
@@ -109,13 +110,15 @@ template <typename T> bool run(Communicator &comm, const Options &o, uint64_t by
         out["iterations"].push_back(j);
         if (!o.boot.json) {
             if (prim == Prim::Barrier)
-                fmt::print("rank {}: barrier: {:.6f} s, retx {}{}\n", cfg.rank, st.seconds,
-                           st.retransmissions, verdict);
+                fmt::print("rank {}: barrier: {:.6f} s, retx {}, rx drops {}{}\n", cfg.rank,
+                           st.seconds, st.retransmissions, st.rx_dropped, verdict);
             else
-                fmt::print("rank {}: {} {} {}{}: {:.3f} s, {:.1f} MB/s algbw, retx {}{}\n",
+                fmt::print("rank {}: {} {} {}{}: {:.3f} s, {:.1f} MB/s algbw, retx {}, rx drops "
+                           "{}{}\n",
                            cfg.rank, what, format_size(bytes), o.boot.dtype,
                            prim == Prim::Broadcast ? "" : " " + o.boot.op, st.seconds,
-                           algbw_mbps(bytes, st.seconds), st.retransmissions, verdict);
+                           algbw_mbps(bytes, st.seconds), st.retransmissions, st.rx_dropped,
+                           verdict);
         }
         std::fflush(stdout);
     }

@@ -134,7 +134,7 @@ void add_bootstrap_options(CLI::App &app, BootstrapOptions &o) {
         ->capture_default_str();
     app.add_flag("--no-gso", o.no_gso, "udp: no UDP_SEGMENT (one datagram per sendmsg entry)");
     app.add_flag("--udp-gro", o.udp_gro, "udp: UDP_GRO on the socket (needs GRO on the interface)");
-    app.add_option("--window", o.window, "Slots in flight (0: min(128, job slots))")
+    app.add_option("--window", o.window, "Slots in flight (0: min(128, job slots); roce trees: min(1024, job slots))")
         ->capture_default_str();
     app.add_option("--elems", o.elems,
                    "Elements per packet (0: 832 native, 256 switchml, 512 roce)")

@@ -72,12 +72,9 @@ class Tree124 : public TreeTopology {
             auto res = run({"allreduce", size});
             if (std::string(size) == "4")
                 continue;
-            for (size_t rank = 0; rank < res.size(); rank++) {
-                auto at = res[rank].out.find("retx ");
-                ASSERT_NE(at, std::string::npos) << res[rank].out;
-                EXPECT_GT(std::stoull(res[rank].out.substr(at + 5)), 0u)
+            for (size_t rank = 0; rank < res.size(); rank++)
+                EXPECT_GT(worker_count(res[rank], "retx"), 0u)
                     << size << ", rank " << rank << ": no retransmission under 5% loss:\n" << res[rank].out;
-            }
         }
     }
 };
@@ -86,6 +83,24 @@ TEST_F(Tree124, AllReduceInt32SumUpTo64MiB)
 {
     for (const char *size : {"4", "1000", "1M", "64M"})
         run({"allreduce", size});
+    expect_clean_switches();
+}
+
+// A window of thousands (the tree's default, min(2048, pool)): all of it may
+// come back while a rank is not running (4 ranks, 2 CPUs), so the hosts'
+// AF_XDP rings must hold it. With the fixed 1024-frame rings of before, the
+// kernel dropped 10-40k results per rank and 64 MiB, and go-back-N resent
+// them.
+TEST_F(Tree124, AWindowOfThousandsLosesNoFrameInTheHostsRings)
+{
+    for (const char *dtype : {"int32", "float32"}) {
+        TreeRun s{"allreduce", "64M", dtype};
+        s.args = {"--window", "2048"};
+        auto res = run(s);
+        for (size_t rank = 0; rank < res.size(); rank++)
+            EXPECT_EQ(worker_count(res[rank], "rx drops"), 0u) << dtype << ", rank " << rank << ":\n"
+                                                                << res[rank].out;
+    }
     expect_clean_switches();
 }
 

@@ -25,6 +25,7 @@ struct TreeRun {
     int iters = 1;
     uint32_t elems = 0; // elements per packet; 0 = the default
     bool apply = true;  // `incxdp rules apply` first: a fresh run of the job
+    std::vector<std::string> args = {}; // more incxdp-worker options
 };
 
 inline std::string describe(const TreeRun &s)
@@ -138,6 +139,7 @@ class TreeTopology : public ::testing::Test {
                     argv.push_back("--elems");
                     argv.push_back(std::to_string(s.elems));
                 }
+                argv.insert(argv.end(), s.args.begin(), s.args.end());
                 return in_node(ranks_[rank], argv);
             }));
         std::vector<proc::ProcResult> res;
@@ -150,6 +152,17 @@ class TreeTopology : public ::testing::Test {
                 << res[r].out << res[r].err;
         }
         return res;
+    }
+
+    // The number after `key ` in the worker's line ("retx 3, rx drops 0").
+    static uint64_t worker_count(const proc::ProcResult &r, const std::string &key)
+    {
+        auto at = r.out.find(key + " ");
+        if (at == std::string::npos) {
+            ADD_FAILURE() << "no `" << key << "` in the worker's output:\n" << r.out;
+            return UINT64_MAX;
+        }
+        return std::stoull(r.out.substr(at + key.size() + 1));
     }
 
     // Counters of one switch's engine.

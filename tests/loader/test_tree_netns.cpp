@@ -212,7 +212,7 @@ class TreeRulesNetns : public ::testing::Test {
             EXPECT_EQ(j.at("active"), 1);
             EXPECT_EQ(j.at("kind"), INCXDP_JOB_ROCE_TREE);
             EXPECT_EQ(j.at("nworkers"), ts.child_conns.size());
-            EXPECT_EQ(j.at("pool_size"), 256);
+            EXPECT_EQ(j.at("pool_size"), 2048);
             if (pool_as_planned) {
                 EXPECT_EQ(j.at("pool_base"), ts.pool_base);
             }

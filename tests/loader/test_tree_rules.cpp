@@ -128,7 +128,7 @@ TEST(PlanTree, Tree124RootLeavesFanInAndChildOrder) {
     EXPECT_THROW(p.sw("h0"), TopologyError);
     for (const auto &s : p.switches) {
         EXPECT_EQ(s.pool_base, 0u);
-        EXPECT_EQ(s.pool_size, 256u);
+        EXPECT_EQ(s.pool_size, 2048u);
     }
 }
 
@@ -413,7 +413,7 @@ TEST(TopologyJobs, ShippedTreesUseTheirOwnSubnetsAndMtu) {
         EXPECT_EQ(t.mtu, 3500);
         ASSERT_EQ(t.jobs.size(), 1u);
         EXPECT_EQ(t.jobs[0].id, 1u);
-        EXPECT_EQ(t.jobs[0].slots, 256u);
+        EXPECT_EQ(t.jobs[0].slots, 2048u);
     }
     EXPECT_NE(Topology::load_file(shipped("tree124")).subnet,
               Topology::load_file(shipped("tree1248")).subnet);
@@ -446,7 +446,7 @@ TEST(CompileRules, LeafSwitchOfTree124) {
     EXPECT_EQ(r.job.kind, static_cast<uint32_t>(INCXDP_JOB_ROCE_TREE));
     EXPECT_EQ(r.job.nworkers, 2u);
     EXPECT_EQ(r.job.pool_base, 0u);
-    EXPECT_EQ(r.job.pool_size, 256u);
+    EXPECT_EQ(r.job.pool_size, 2048u);
     EXPECT_EQ(r.job.max_elems, uint32_t(ROCE_MAX_PAYLOAD / 4));
     EXPECT_EQ(r.job.switch_ip, be("10.79.0.252"));
     EXPECT_EQ(r.job.parent_qpn, up.child_qpn);
@@ -510,7 +510,7 @@ TEST(CompileRules, HostOrderAnyTakesHostsOutOfOrderToo) {
     const Topology strict = Topology::parse(text);
     EXPECT_EQ(strict.job(1).host_order, topo::HostOrder::Strict) << "the default: RC requesters";
     const Topology any =
-        Topology::parse(with(text, "    slots: 256", "    host_order: any\n    slots: 256"));
+        Topology::parse(with(text, "    slots: 2048", "    host_order: any\n    slots: 2048"));
     ASSERT_EQ(any.job(1).host_order, topo::HostOrder::Any);
     for (const char *sw : {"s1", "s2"}) {
         SCOPED_TRACE(sw);

@@ -149,6 +149,9 @@ struct CommStats {
     uint64_t acks = 0;            ///< roce: ACKs from the switch
     uint64_t naks = 0;            ///< roce: NAKs (PSN sequence error): went back N
     uint64_t bad_icrc = 0;        ///< roce: frames with a wrong ICRC, dropped
+    /// Frames for us the kernel dropped for want of room in our receive
+    /// queue (AF_XDP and roce: Transport::rx_dropped; 0 for udp and verbs)
+    uint64_t rx_dropped = 0;
     double seconds = 0;
 
     CommStats &operator+=(const CommStats &o);

@@ -46,6 +46,12 @@ class Transport {
     /// "udp 10.77.0.1:4000 -> 10.77.0.254:48880", for error messages.
     virtual std::string describe() const = 0;
 
+    /// Datagrams the kernel dropped since the transport was created because
+    /// its receive queue had no room for them (AF_XDP: rx ring full or fill
+    /// ring empty). They come back only by retransmission. The UDP transport
+    /// does not count them (0).
+    virtual uint64_t rx_dropped() const { return 0; }
+
   private:
     // recv_views() default: out.size() buffers of max_len + 1 bytes.
     std::vector<std::byte> view_mem_;
