@@ -154,15 +154,21 @@ struct Communicator::Impl {
             failed = true; // the connection's sequence is now unknown to the switch
             throw;
         }
-        last.rx_dropped = rx_dropped() - dropped;
-        last.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        total += last;
+        finish_call(t0, dropped);
     }
 
     void star_allreduce(const void *send, void *recv, size_t count, DType dtype, ReduceOp op,
                         const char *what);
 
     uint64_t rx_dropped() const { return transport ? transport->rx_dropped() : 0; }
+
+    // The call that started at t0 with the transport's drop count at
+    // dropped_before is done: its time and drops into last, last into total.
+    void finish_call(std::chrono::steady_clock::time_point t0, uint64_t dropped_before) {
+        last.rx_dropped = rx_dropped() - dropped_before;
+        last.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        total += last;
+    }
 
     void check_root(const char *what, uint32_t root) const {
         if (root >= cfg.world_size)
@@ -260,9 +266,7 @@ void Communicator::Impl::star_allreduce(const void *send, void *recv, size_t cou
         round = call.round;
         run(s, call, h, last);
     }
-    last.rx_dropped = rx_dropped() - dropped;
-    last.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    total += last;
+    finish_call(t0, dropped);
 }
 
 void Communicator::allreduce(const void *send, void *recv, size_t count, DType dtype, ReduceOp op) {
