@@ -12,7 +12,9 @@
 #include "capture.h"
 #include "chaos_xdp.h"
 
-SEC("xdp")
+/* xdp.frags: a host link may have any MTU; frames pass whole. topo attaches
+ * it in driver mode only (see bpf/user/include/incxdp/xdp_frags.h). */
+SEC("xdp.frags")
 int incxdp_pass(struct xdp_md *ctx)
 {
 	int v = chaos_xdp(ctx);

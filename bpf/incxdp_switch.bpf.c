@@ -255,6 +255,8 @@ static __always_inline int aggregate(struct xdp_md *ctx, struct cursor *c, struc
 	return XDP_DROP;
 }
 
+/* Loaded as xdp.frags in driver mode (bpf/user/include/incxdp/xdp_frags.h):
+ * it then attaches on links of any MTU (jumbo frames), see frame_has_frags. */
 SEC("xdp")
 int incxdp_ingress(struct xdp_md *ctx)
 {
@@ -277,12 +279,21 @@ int incxdp_ingress(struct xdp_md *ctx)
 		stat_inc(INCXDP_STAT_PASS);
 		return XDP_PASS;
 	}
+	/* Everything below reads, writes and resizes the frame as the linear
+	 * part of the buffer: a frame with fragments (above ~3.5 KB, only on a
+	 * link whose MTU a non-frags program could not take) is not ours. */
+	if (frame_has_frags(ctx)) {
+		stat_inc(INCXDP_STAT_TOO_LONG);
+		return XDP_DROP;
+	}
 	if (kind == L4_ROCE)
 		return roce_ingress(ctx, &c, f.eth, f.ip, f.udp);
 	return aggregate(ctx, &c, &f, kind);
 }
 
-/* Runs once per broadcast copy, on the devmap entry of the egress port. */
+/* Runs once per broadcast copy, on the devmap entry of the egress port.
+ * The copies are ingress frames without fragments; frags or not as the
+ * ingress program is, which a devmap's programs must agree with. */
 SEC("xdp/devmap")
 int incxdp_egress_rewrite(struct xdp_md *ctx)
 {

@@ -143,6 +143,11 @@ static __always_inline int xsk_send(struct xdp_md *ctx)
 	return count(XSK_STAT_SENT, bpf_redirect(xsk_tx_ifindex, 0));
 }
 
+/* Loaded as xdp.frags in driver mode (xdp_frags.h): it then attaches on
+ * links of any MTU. A frame with fragments steered to the socket, which
+ * takes one buffer per frame (no XDP_USE_SG), is dropped and counted by the
+ * kernel in the socket's rx_dropped; the switch sends none (its frames are
+ * single buffers). */
 SEC("xdp")
 int incxdp_xsk(struct xdp_md *ctx)
 {

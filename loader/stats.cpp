@@ -23,6 +23,7 @@ constexpr const char *kNames[] = {
     "roce_stale", "roce_mismatch", "roce_peer_ack", "roce_peer_nak",
     "roce_peer_resend", "roce_late_ack",
     "chaos", // taken by `incxdp chaos --xdp` (docs/CHAOS.md)
+    "too_long", // in more than one XDP buffer: a frame above ~3.5 KB on a jumbo link
     "redirect_fail", "egress_tx", "egress_drop",
 };
 static_assert(std::size(kNames) == INCXDP_STAT_MAX, "every counter in maps.h needs a name here");

@@ -4,6 +4,7 @@
 #include "port_util.h"
 
 #include "incxdp_switch.skel.h"
+#include <incxdp/xdp_frags.h>
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -202,6 +203,15 @@ void load(const LoadOptions &opts)
         prog.release();
         throw CtlError(errno_msg("cannot create the XDP program " + std::string(kIngressProg), err));
     }
+    // xdp.frags in driver mode only (incxdp/xdp_frags.h), on both programs:
+    // a devmap's programs must agree with the one redirecting into it. The
+    // ingress program's through libxdp, so that a multi-program dispatcher
+    // is loaded with frags support too.
+    const bool frags = opts.mode == AttachMode::Native;
+    if (int err = xdp_program__set_xdp_frags_support(prog.get(), frags))
+        throw CtlError(errno_msg(fmt::format("cannot set xdp.frags={} on {}", frags, kIngressProg), err));
+    if (int err = set_xdp_frags({skel->progs.incxdp_egress_rewrite}, frags))
+        throw CtlError(errno_msg(fmt::format("cannot set xdp.frags={} on incxdp_egress_rewrite", frags), err));
     const auto mode = opts.mode == AttachMode::Native ? XDP_MODE_NATIVE : XDP_MODE_SKB;
     for (size_t i = 0; i < ifindexes.size(); i++) {
         DemoteLibbpfWarnings quiet;

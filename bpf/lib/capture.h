@@ -26,7 +26,8 @@ struct {
 static __always_inline void capture_frame(struct xdp_md *ctx)
 {
 	struct incxdp_capture_meta m;
-	__u64 len = (__u64)(ctx->data_end - ctx->data);
+	/* The whole frame, fragments too (the helper copies across them). */
+	__u64 len = bpf_xdp_get_buff_len(ctx);
 
 	m.ifindex = ctx->ingress_ifindex;
 	m.len = (__u32)len;

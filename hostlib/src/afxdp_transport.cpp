@@ -9,6 +9,7 @@
 #include "incxdp_xsk.skel.h"
 #include <incxdp/capture.h>
 #include <incxdp/chaos.h>
+#include <incxdp/xdp_frags.h>
 #include <incxdp/xdp_prog_maps.h>
 
 #include <arpa/inet.h>
@@ -392,6 +393,10 @@ class AfXdpTransport final : public Transport {
         skel_->rodata->xsk_local_port = htons(cfg_.local_port);
         skel_->rodata->xsk_tx_ifindex = uint32_t(ifindex_);
         adopt_maps_of_previous_program();
+        // attach() keeps the mode of the interface's program; frags in
+        // driver mode only (incxdp/xdp_frags.h).
+        if (int err = set_xdp_frags({skel_->progs.incxdp_xsk}, current_mode() == XDP_FLAGS_DRV_MODE))
+            fail(-err, fmt::format("{}: set xdp.frags on incxdp_xsk", describe_));
         if (int err = incxdp_xsk__load(skel_))
             fail(-err, fmt::format("{}: load incxdp_xsk (needs CAP_BPF)", describe_));
 
@@ -474,11 +479,22 @@ class AfXdpTransport final : public Transport {
     // Swap incxdp_xsk in for the interface's program in one step
     // (XDP_FLAGS_REPLACE with the old program's fd), so frames the switch
     // redirects here always find a program.
-    void attach() {
+    // The interface's XDP program and its mode: generic (skb) if that is all
+    // it has, else driver.
+    bpf_xdp_query_opts query_xdp() {
         bpf_xdp_query_opts q{};
         q.sz = sizeof(q);
         if (int err = bpf_xdp_query(ifindex_, 0, &q))
             fail(-err, fmt::format("{}: query XDP program", describe_));
+        return q;
+    }
+    uint32_t current_mode() {
+        auto q = query_xdp();
+        return q.skb_prog_id && !q.drv_prog_id ? XDP_FLAGS_SKB_MODE : XDP_FLAGS_DRV_MODE;
+    }
+
+    void attach() {
+        bpf_xdp_query_opts q = query_xdp();
         mode_ = q.skb_prog_id && !q.drv_prog_id ? XDP_FLAGS_SKB_MODE : XDP_FLAGS_DRV_MODE;
         uint32_t old_id = mode_ == XDP_FLAGS_SKB_MODE ? q.skb_prog_id : q.drv_prog_id;
         int prog_fd = bpf_program__fd(skel_->progs.incxdp_xsk);

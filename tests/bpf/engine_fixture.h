@@ -7,6 +7,8 @@
 #include "../common/frames.h"
 #include "incxdp_switch.skel.h"
 
+#include <incxdp/xdp_frags.h>
+
 #include <incxdp/maps.h>
 
 #include <bpf/bpf.h>
@@ -54,6 +56,8 @@ class EngineTest : public ::testing::Test {
         bpf_map *m;
         bpf_object__for_each_map(m, obj) bpf_map__set_pin_path(m, nullptr);
         bpf_map__set_max_entries(skel_->maps.incxdp_slots, 64);
+        // As `incxdp load` in driver mode: frames above one buffer come in fragments.
+        ASSERT_EQ(set_xdp_frags({skel_->progs.incxdp_ingress, skel_->progs.incxdp_egress_rewrite}, true), 0);
         ASSERT_EQ(incxdp_switch__load(skel_), 0) << "load incxdp_switch: " << strerror(errno);
         prog_fd_ = bpf_program__fd(skel_->progs.incxdp_ingress);
     }

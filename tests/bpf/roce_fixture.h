@@ -9,6 +9,8 @@
 #include "../common/frames.h"
 #include "incxdp_switch.skel.h"
 
+#include <incxdp/xdp_frags.h>
+
 #include <incxdp/maps.h>
 #include <incxdp/roce.h>
 
@@ -195,6 +197,8 @@ class RoceEngineTest : public ::testing::Test {
         bpf_map *m;
         bpf_object__for_each_map(m, skel_->obj) bpf_map__set_pin_path(m, nullptr);
         bpf_map__set_max_entries(skel_->maps.incxdp_slots, 64);
+        // As `incxdp load` in driver mode: frames above one buffer come in fragments.
+        ASSERT_EQ(set_xdp_frags({skel_->progs.incxdp_ingress, skel_->progs.incxdp_egress_rewrite}, true), 0);
         ASSERT_EQ(incxdp_switch__load(skel_), 0) << "load incxdp_switch: " << strerror(errno);
         prog_fd_ = bpf_program__fd(skel_->progs.incxdp_ingress);
         // The parent's port in the devmap: bpf_redirect_map() to a port
@@ -336,7 +340,7 @@ class RoceEngineTest : public ::testing::Test {
     RunResult run(const Bytes &frame, uint32_t ifindex = kLo) {
         RunResult r;
         auto before = counters();
-        r.out.resize(4096);
+        r.out.resize(std::max<size_t>(4096, frame.size()));
         xdp_md ctx{}; // data 0 .. data_end: the whole frame, no metadata
         ctx.data_end = static_cast<__u32>(frame.size());
         ctx.ingress_ifindex = ifindex;

@@ -284,6 +284,33 @@ TEST_F(EngineTest, NativeFullSizePayload)
         ASSERT_EQ(out[i], a[i] + b[i]) << i;
 }
 
+// A jumbo link's frame larger than one XDP buffer (bpf_prog_test_run puts
+// what is above 3520 B into fragments), on the native and the SwitchML
+// ports: too_long, dropped, no slot touched. A full-size one passes on.
+TEST_F(EngineTest, FramesInMoreThanOneBufferAreCountedTooLong)
+{
+    install_job(2);
+    NativeFields f;
+    f.nworkers = 2;
+    f.nelems = INCXDP_MAX_ELEMS;
+    auto big = native(0, f, ramp(2048, 1));
+    auto ml = switchml(0, 0, ramp(2048, 1), 0, 0, 3);
+    ASSERT_GT(big.size(), 4096u - 256 - 320) << "test bug: the frame fits one buffer";
+    ASSERT_GT(ml.size(), 4096u - 256 - 320) << "test bug: the frame fits one buffer";
+    EXPECT_EQ(run(big).verdict, XDP_DROP);
+    EXPECT_EQ(run(ml).verdict, XDP_DROP);
+    EXPECT_EQ(stat(INCXDP_STAT_TOO_LONG), 2u);
+    EXPECT_EQ(stat(INCXDP_STAT_MALFORMED), 0u);
+    for (uint32_t s = 0; s < kPoolSize; s++)
+        EXPECT_EQ(slot(s).set[0].bitmap | slot(s).set[1].bitmap, 0u) << "slot " << s;
+
+    auto other = udp_frame(worker_ep(0), switch_ep(9999), Bytes(8000, 0x5a));
+    auto r = run(other);
+    EXPECT_EQ(r.verdict, XDP_PASS);
+    EXPECT_EQ(r.out, other);
+    EXPECT_EQ(stat(INCXDP_STAT_PASS), 1u);
+}
+
 TEST_F(EngineTest, NativeHeaderMustAgreeWithRegistration)
 {
     install_job(2);

@@ -531,6 +531,35 @@ TEST_F(RoceEngineTest, MalformedFramesAreDroppedAndCounted) {
     EXPECT_EQ(run(good).stat, INCXDP_STAT_ROCE_ABSORBED);
 }
 
+// On a jumbo link the engine (xdp.frags) also sees frames larger than one
+// XDP buffer, whose data goes on in fragments it does not read: an RC
+// device's path MTU 4096 SEND there. bpf_prog_test_run builds such a frame
+// from anything above a page less headroom and tailroom (3520 B). It is
+// counted too_long and dropped before any state is touched; other traffic
+// of that size passes, all of it.
+TEST_F(RoceEngineTest, FramesInMoreThanOneBufferAreCountedTooLong) {
+    install(2, true);
+    const uint32_t op = allreduce(ROCE_OPR_SUM);
+    auto big = from_host(0, 0, op, ramp(4096 / 4, 1));
+    ASSERT_GT(big.size(), 4096u - 256 - 320) << "test bug: the frame fits one buffer";
+    auto r = run(big);
+    EXPECT_EQ(r.verdict, XDP_DROP);
+    EXPECT_EQ(r.stat, INCXDP_STAT_TOO_LONG);
+    EXPECT_EQ(slot(0).set[0].bitmap, 0u);
+    EXPECT_EQ(conn(child_qpn(0)).epsn, child_rx_base(0));
+
+    Endpoint other = switch_ep();
+    other.port = 9999;
+    auto jumbo = udp_frame(host_ep(0), other, Bytes(8000, 0x5a));
+    r = run(jumbo);
+    EXPECT_EQ(r.verdict, XDP_PASS);
+    EXPECT_EQ(r.stat, INCXDP_STAT_PASS);
+    EXPECT_EQ(r.out, jumbo);
+
+    // The largest payload that fits one buffer is taken as before.
+    EXPECT_EQ(run(from_host(0, 0, op, ramp(ROCE_MAX_PAYLOAD / 4, 1))).stat, INCXDP_STAT_ROCE_ABSORBED);
+}
+
 TEST_F(RoceEngineTest, PeerAckIsConsumedAndPeerNakGetsTheResult) {
     install(2, true);
     const uint32_t op = allreduce(ROCE_OPR_SUM);

@@ -7,11 +7,14 @@
 #include "tree_fixture.h"
 #include "../common/yaml_edit.h"
 
+#include <incxdp/proto.h>
 #include <incxdp/roce.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 namespace incxdp::test {
@@ -433,6 +436,115 @@ TEST_F(Tree124, CapturedFramesPassScapyIcrcAndTsharkDecode) { capture_and_check(
 TEST_F(Tree124, CapturedPathMtu4096FramesPassScapyIcrcAndTsharkDecode)
 {
     capture_and_check(ROCE_MAX_PAYLOAD / 4);
+}
+
+// tree124 with jumbo links (MTU 9000, as RDMA fabrics run). Every XDP
+// program is xdp.frags, so it attaches there at all (a plain one is refused
+// above 3506). Frames of one buffer (~3.5 KB; every frame hosts and switches
+// send) are aggregated as on 3500 B links; a larger one arriving at the
+// engine is counted too_long and dropped, and `incxdp capture` records it
+// whole.
+class Tree124Jumbo : public Tree124 {
+  protected:
+    static inline std::string jumbo_file_;
+
+    static void SetUpTestSuite()
+    {
+        jumbo_file_ = (std::filesystem::temp_directory_path() /
+                       ("incxdp-tree124-jumbo-" + std::to_string(getpid()) + ".yaml"))
+                          .string();
+        std::ofstream(jumbo_file_) << with(read_text(topology_file("tree124")), "mtu: 3500", "mtu: 9000");
+        bring_up(jumbo_file_, "ixj");
+    }
+    static void TearDownTestSuite()
+    {
+        tear_down();
+        std::filesystem::remove(jumbo_file_);
+    }
+
+    // The pcap records `incxdp capture` wrote: their lengths.
+    static std::vector<uint32_t> pcap_lengths(const std::string &path)
+    {
+        std::ifstream f(path, std::ios::binary);
+        std::vector<uint32_t> out;
+        char hdr[24];
+        if (!f.read(hdr, sizeof(hdr)))
+            return out;
+        uint32_t rec[4];
+        while (f.read(reinterpret_cast<char *>(rec), sizeof(rec))) {
+            out.push_back(rec[2]);
+            f.seekg(rec[2], std::ios::cur);
+        }
+        return out;
+    }
+};
+
+TEST_F(Tree124Jumbo, CollectivesRunOnMtu9000Links)
+{
+    std::vector<std::string> nodes = switches_;
+    nodes.insert(nodes.end(), ranks_.begin(), ranks_.end());
+    for (const auto &n : nodes) {
+        auto r = in_node(n, {"ip", "-o", "link", "show", "type", "veth"});
+        ASSERT_EQ(r.status, 0) << n << ": " << r.err;
+        std::istringstream lines(r.out);
+        int links = 0;
+        for (std::string l; std::getline(lines, l); links++)
+            EXPECT_NE(l.find(" mtu 9000 "), std::string::npos) << n << ": " << l;
+        EXPECT_GT(links, 0) << n << ": no veth";
+    }
+    for (TreeRun s : {TreeRun{"allreduce", "16M"}, TreeRun{"allreduce", "1M", "float32", "sum"},
+                      TreeRun{"reduce", "1M", "int32", "max", 2}, TreeRun{"broadcast", "1M", "int32", "sum", 3}}) {
+        s.elems = ROCE_MAX_PAYLOAD / 4;
+        run(s);
+    }
+    run({"allreduce", "4M"}); // the default payload
+    expect_clean_switches();
+}
+
+TEST_F(Tree124Jumbo, ALargerFrameIsCountedTooLongAndCapturedWhole)
+{
+    namespace fs = std::filesystem;
+    const auto plan = topo::plan_tree(topo::Topology::load_file(file_), 1);
+    const auto &link = plan.conn_of_rank(0);
+    const std::string pcap =
+        (fs::temp_directory_path() / ("incxdp-jumbo-" + std::to_string(getpid()) + ".pcap")).string();
+    struct Cleanup {
+        std::string f;
+        ~Cleanup() { fs::remove(f); }
+    } cleanup{pcap};
+
+    auto cap = std::async(std::launch::async, [&] {
+        return in_node(link.parent, {INCXDP_CLI, "capture", "-i", link.parent_iface, "-w", pcap, "--seconds", "60"});
+    });
+    // The capture opens its perf buffers first.
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    auto before = stats(link.parent);
+    // Through the host's stack, three 5000 B datagrams to the leaf: two to
+    // UDP 4791 (RoCEv2), one to the native aggregation port. Each is one
+    // 5042 B frame on the link, more than one XDP buffer at the leaf.
+    const char *send = "import socket, sys\n"
+                       "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                       "for p in sys.argv[2:]:\n"
+                       "    s.sendto(bytes(range(256)) * 19 + bytes(136), (sys.argv[1], int(p)))\n";
+    auto r = in_node(plan.ranks[0], {"python3", "-c", send, link.parent_ip, "4791", "4791",
+                                     std::to_string(INCXDP_UDP_PORT)});
+    ASSERT_EQ(r.status, 0) << r.out << r.err;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    proc::run({"pkill", "-INT", "-f", "incxdp-jumbo-" + std::to_string(getpid())});
+    auto c = cap.get();
+    EXPECT_EQ(c.status, 0) << c.err;
+    EXPECT_NE(c.err.find(" 0 lost"), std::string::npos) << c.err;
+
+    auto after = stats(link.parent);
+    EXPECT_EQ(after["too_long"] - before["too_long"], 3u);
+    for (const char *k : {"malformed", "roce_malformed", "roce_bad_icrc"})
+        EXPECT_EQ(after[k], before[k]) << k;
+    auto lens = pcap_lengths(pcap);
+    EXPECT_EQ(std::count(lens.begin(), lens.end(), 14u + 20 + 8 + 5000), 3) << "captured lengths: "
+                                                                         << ::testing::PrintToString(lens);
+    // The job is untouched.
+    run({"allreduce", "1M"});
+    expect_clean_switches();
 }
 
 class Tree1248 : public TreeTopology {

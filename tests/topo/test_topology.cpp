@@ -219,10 +219,9 @@ TEST(Topology, UnknownAndDuplicateKeys) {
 }
 
 TEST(Topology, Mtu) {
-    EXPECT_ERROR(with(kBase, "subnet:", "mtu: 3507\nsubnet:"),
-                 "mtu: 3507 is above 3506, the largest MTU at which a plain XDP program attaches "
-                 "on veth");
-    EXPECT_ERROR(with(kBase, "subnet:", "mtu: 9000\nsubnet:"), "above 3506");
+    EXPECT_EQ(Topology::parse(with(kBase, "subnet:", "mtu: 9000\nsubnet:")).mtu, 9000);
+    EXPECT_ERROR(with(kBase, "subnet:", "mtu: 9001\nsubnet:"),
+                 "mtu: 9001 is above 9000, the largest (jumbo) MTU incxdp supports");
     EXPECT_ERROR(with(kBase, "subnet:", "mtu: 60\nsubnet:"), "mtu: 60 is out of range [68,");
     EXPECT_ERROR(with(kBase, "subnet:", "mtu: big\nsubnet:"), "mtu: 'big' is not an integer");
 }

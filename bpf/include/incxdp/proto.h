@@ -24,8 +24,9 @@
 #define INCXDP_ELEM_QUANTUM 16
 /*
  * 832 x 4 B + 32 B header + UDP/IPv4/Ethernet = 3402 B: the largest multiple
- * of the quantum that fits a plain (non-frags) XDP program on veth, whose
- * peer MTU must stay <= 3506.
+ * of the quantum whose frame fits one XDP buffer (3520 B: a page less
+ * headroom and skb_shared_info). Longer frames (jumbo links) arrive in
+ * fragments, which the engine does not read (INCXDP_STAT_TOO_LONG).
  */
 #define INCXDP_MAX_ELEMS 832
 #define INCXDP_MAX_WORKERS 32 /* one bit each in the slot bitmap */

@@ -72,8 +72,10 @@ INCXDP_STATIC_ASSERT(sizeof(struct roce_aeth) == 4, "AETH layout");
 /*
  * Largest payload: 832 int32 (INCXDP_MAX_ELEMS, what a slot holds), one
  * SEND_ONLY message of path MTU 4096. Its 3394 B frame is the largest that
- * fits the linear part of an XDP buffer (bpf/lib/icrc.h) on a 3500 B link;
- * 4096 B would need xdp.frags. Hosts whose device negotiates path MTU 2048
+ * fits the linear part of an XDP buffer (bpf/lib/icrc.h); 4096 B arrives in
+ * fragments on a jumbo link and is dropped as too_long (reading, checking
+ * and writing payloads across fragments is not done). Hosts whose device
+ * negotiates path MTU 2048
  * (rxe on that link) send up to 2048 B, hostlib's default.
  */
 #define ROCE_MAX_PAYLOAD 3328

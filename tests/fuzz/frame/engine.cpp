@@ -4,6 +4,8 @@
 #include "incxdp_pass.skel.h"
 #include "incxdp_switch.skel.h"
 
+#include <incxdp/xdp_frags.h>
+
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
@@ -40,6 +42,9 @@ Engine::Engine(bool percpu_stats) : percpu_stats_(percpu_stats) {
         bpf_map__set_type(sw_->maps.incxdp_stats, BPF_MAP_TYPE_ARRAY);
         bpf_map__set_map_flags(sw_->maps.incxdp_stats, BPF_F_MMAPABLE);
     }
+    // As `incxdp load` in driver mode: what is past 3520 B comes in fragments.
+    if (set_xdp_frags({sw_->progs.incxdp_ingress, sw_->progs.incxdp_egress_rewrite}, true) != 0)
+        throw EngineError(err("set xdp.frags on incxdp_switch"));
     if (incxdp_switch__load(sw_) != 0)
         throw EngineError(err("load incxdp_switch"));
     pass_ = incxdp_pass__open_and_load();

@@ -174,7 +174,10 @@ Endpoint Traffic::random_sender() {
 }
 
 Bytes Traffic::random_bytes() {
-    size_t hi = rng_.percent(50) ? 128 : rng_.percent(70) ? 1500 : kMaxFrame;
+    size_t hi = rng_.percent(50)   ? 128
+                : rng_.percent(70) ? 1500
+                : rng_.percent(90) ? kMaxFrame
+                                   : kMaxJumboFrame;
     Bytes b(rng_.range(kMinFrame, uint32_t(hi)));
     for (auto &x : b)
         x = rng_.byte();
@@ -389,9 +392,9 @@ void Traffic::mutate(Bytes &f) {
             break;
         }
         case 3: { // extension
-            size_t add = rng_.range(1, rng_.percent(80) ? 16 : 600);
+            size_t add = rng_.range(1, rng_.percent(80) ? 16 : rng_.percent(95) ? 600 : 6000);
             bool zero = rng_.percent(50);
-            for (size_t i = 0; i < add && f.size() < kMaxFrame; i++)
+            for (size_t i = 0; i < add && f.size() < kMaxJumboFrame; i++)
                 f.push_back(zero ? 0 : rng_.byte());
             break;
         }

@@ -48,6 +48,7 @@ const char *kind_name(Kind k);
 
 constexpr size_t kMinFrame = 14;   // bpf_prog_test_run refuses less than an Ethernet header
 constexpr size_t kMaxFrame = 3500; // the topologies' MTU; the engine's largest frame is 3402
+constexpr size_t kMaxJumboFrame = 9014; // a jumbo link's (MTU 9000): fragments past 3520 B
 
 class Traffic {
   public:

@@ -25,6 +25,9 @@ constexpr size_t kIpTotLen = kEth + 2, kIpId = kEth + 4, kIpFrag = kEth + 6, kIp
                  kIpProto = kEth + 9, kIpSrc = kEth + 12, kIpDst = kEth + 16;
 constexpr size_t kUdpSrc = kEth + 20, kUdpDst = kEth + 22, kUdpLen = kEth + 24,
                  kUdpCsum = kEth + 26;
+// One XDP buffer: a page less XDP headroom and skb_shared_info. Of a longer
+// test frame bpf_prog_test_run makes fragments (the engine is xdp.frags).
+constexpr size_t kXdpLinearMax = 4096 - 256 - 320;
 
 void put16_at(Bytes &b, size_t off, uint16_t v) {
     b[off] = uint8_t(v >> 8);
@@ -116,9 +119,7 @@ void Model::reset_pool(const JobDef &j) {
 std::optional<Decoded> Model::decode(const Bytes &f, bool switchml) const {
     Decoded d;
     d.switchml = switchml;
-    // A program without xdp.frags sees only the linear part of a test frame:
-    // one page less XDP headroom and the skb_shared_info tailroom.
-    constexpr size_t kXdpLinearMax = 4096 - 256 - 320;
+    // apply() takes a longer frame for too_long before it gets here.
     const size_t n = std::min(f.size(), kXdpLinearMax);
     const size_t h = kL4;
     if (switchml) {
@@ -232,11 +233,15 @@ Prediction Model::apply(const Bytes &f) {
         return verdict(INCXDP_STAT_PASS, XDP_PASS);
     const uint16_t dport = get16(f, kUdpDst);
     const bool switchml = in_switchml_range(dport);
-    // UDP 4791 is classified last, as the engine does.
-    if (!switchml && dport != kNativePort && dport == kRocePort)
-        return verdict(roce_refusal(f), XDP_DROP);
-    if (!switchml && dport != kNativePort)
+    if (!switchml && dport != kNativePort && dport != kRocePort)
         return verdict(INCXDP_STAT_PASS, XDP_PASS);
+    // Ours by port, but the frame goes on in fragments (a jumbo link's):
+    // the engine reads none of it.
+    if (n > kXdpLinearMax)
+        return verdict(INCXDP_STAT_TOO_LONG, XDP_DROP);
+    // UDP 4791 is classified last, as the engine does.
+    if (!switchml && dport != kNativePort)
+        return verdict(roce_refusal(f), XDP_DROP);
 
     // 2. Decode.
     auto k = decode(f, switchml);
