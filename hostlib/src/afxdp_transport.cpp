@@ -479,8 +479,7 @@ class AfXdpTransport final : public Transport {
     // Swap incxdp_xsk in for the interface's program in one step
     // (XDP_FLAGS_REPLACE with the old program's fd), so frames the switch
     // redirects here always find a program.
-    // The interface's XDP program and its mode: generic (skb) if that is all
-    // it has, else driver.
+    // The interface's XDP programs.
     bpf_xdp_query_opts query_xdp() {
         bpf_xdp_query_opts q{};
         q.sz = sizeof(q);
@@ -488,14 +487,16 @@ class AfXdpTransport final : public Transport {
             fail(-err, fmt::format("{}: query XDP program", describe_));
         return q;
     }
-    uint32_t current_mode() {
-        auto q = query_xdp();
+    // The mode incxdp_xsk takes over: generic (skb) if that is all the
+    // interface has, else driver.
+    static uint32_t mode_of(const bpf_xdp_query_opts &q) {
         return q.skb_prog_id && !q.drv_prog_id ? XDP_FLAGS_SKB_MODE : XDP_FLAGS_DRV_MODE;
     }
+    uint32_t current_mode() { return mode_of(query_xdp()); }
 
     void attach() {
         bpf_xdp_query_opts q = query_xdp();
-        mode_ = q.skb_prog_id && !q.drv_prog_id ? XDP_FLAGS_SKB_MODE : XDP_FLAGS_DRV_MODE;
+        mode_ = mode_of(q);
         uint32_t old_id = mode_ == XDP_FLAGS_SKB_MODE ? q.skb_prog_id : q.drv_prog_id;
         int prog_fd = bpf_program__fd(skel_->progs.incxdp_xsk);
         bpf_xdp_attach_opts o{};
