@@ -14,7 +14,7 @@
 namespace incxdp::refsw {
 namespace {
 
-constexpr uint32_t kMaxElems = ROCE_MAX_PAYLOAD / 4;
+constexpr uint32_t kMaxElems = ROCE_MAX_ELEMS;
 
 // clang-format off
 constexpr const char *kStatNames[kStatCount] = {

@@ -20,7 +20,7 @@
 namespace incxdp::refsw {
 namespace {
 
-constexpr uint32_t kMaxElems = ROCE_MAX_PAYLOAD / 4;
+constexpr uint32_t kMaxElems = ROCE_MAX_ELEMS;
 
 uint32_t ip_of(const char *s) {
     in_addr a{};

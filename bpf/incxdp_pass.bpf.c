@@ -21,7 +21,7 @@ int incxdp_pass(struct xdp_md *ctx)
 
 	if (v != CHAOS_XDP_CONTINUE)
 		return v;
-	capture_frame(ctx);
+	capture_frame(ctx, bpf_xdp_get_buff_len(ctx));
 	return XDP_PASS;
 }
 

@@ -263,6 +263,7 @@ int incxdp_ingress(struct xdp_md *ctx)
 	struct cursor c;
 	struct frame f = {};
 	enum l4_kind kind;
+	__u64 len;
 	int v;
 
 	/* `incxdp chaos --xdp` first: a frame it loses never arrived. */
@@ -271,7 +272,9 @@ int incxdp_ingress(struct xdp_md *ctx)
 		stat_inc(INCXDP_STAT_CHAOS);
 		return v;
 	}
-	capture_frame(ctx); /* `incxdp capture`: what arrives on this port */
+	/* One helper call for both uses below (it is not inlined). */
+	len = bpf_xdp_get_buff_len(ctx);
+	capture_frame(ctx, len); /* `incxdp capture`: what arrives on this port */
 	cursor_init(&c, ctx);
 	f.end = c.end;
 	kind = classify(&c, &f);
@@ -282,7 +285,7 @@ int incxdp_ingress(struct xdp_md *ctx)
 	/* Everything below reads, writes and resizes the frame as the linear
 	 * part of the buffer: a frame with fragments (above ~3.5 KB, only on a
 	 * link whose MTU a non-frags program could not take) is not ours. */
-	if (frame_has_frags(ctx)) {
+	if (frame_has_frags(ctx, len)) {
 		stat_inc(INCXDP_STAT_TOO_LONG);
 		return XDP_DROP;
 	}

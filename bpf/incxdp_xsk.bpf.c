@@ -158,7 +158,7 @@ int incxdp_xsk(struct xdp_md *ctx)
 	v = chaos_xdp(ctx); /* `incxdp chaos --xdp` on what the link delivers */
 	if (v != CHAOS_XDP_CONTINUE)
 		return v;
-	capture_frame(ctx); /* what arrives from the link: `incxdp capture` */
+	capture_frame(ctx, bpf_xdp_get_buff_len(ctx)); /* what arrives from the link: `incxdp capture` */
 	return xsk_steer(ctx);
 }
 

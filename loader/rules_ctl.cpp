@@ -3,6 +3,7 @@
 // switch, and installed on each switch's engine from inside its namespace.
 // What SwitchML's controller would write into Tofino tables per job, with
 // RC connections instead of a worker table.
+#include <incxdp/roce.h>
 #include <incxdp/rules_ctl.h>
 
 #include "pinned_maps.h"
@@ -376,7 +377,7 @@ SwitchRules compile(const topo::Topology &t, const topo::TreePlan &plan, const s
     r.job.nworkers = static_cast<uint32_t>(ts.child_conns.size());
     r.job.pool_base = ts.pool_base;
     r.job.pool_size = ts.pool_size;
-    r.job.max_elems = kRoceMaxElems;
+    r.job.max_elems = ROCE_MAX_ELEMS;
     r.job.switch_ip = be_ip(node.ip, "switch " + sw);
     r.job.kind = INCXDP_JOB_ROCE_TREE;
 

@@ -207,12 +207,12 @@ void load(const LoadOptions &opts)
     // a devmap's programs must agree with the one redirecting into it. The
     // ingress program's through libxdp, so that a multi-program dispatcher
     // is loaded with frags support too.
-    const bool frags = opts.mode == AttachMode::Native;
+    const auto mode = opts.mode == AttachMode::Native ? XDP_MODE_NATIVE : XDP_MODE_SKB;
+    const bool frags = mode == XDP_MODE_NATIVE;
     if (int err = xdp_program__set_xdp_frags_support(prog.get(), frags))
         throw CtlError(errno_msg(fmt::format("cannot set xdp.frags={} on {}", frags, kIngressProg), err));
     if (int err = set_xdp_frags({skel->progs.incxdp_egress_rewrite}, frags))
         throw CtlError(errno_msg(fmt::format("cannot set xdp.frags={} on incxdp_egress_rewrite", frags), err));
-    const auto mode = opts.mode == AttachMode::Native ? XDP_MODE_NATIVE : XDP_MODE_SKB;
     for (size_t i = 0; i < ifindexes.size(); i++) {
         DemoteLibbpfWarnings quiet;
         int err = xdp_program__attach(prog.get(), static_cast<int>(ifindexes[i]), mode, 0);

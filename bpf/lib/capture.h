@@ -23,11 +23,11 @@ struct {
 	__uint(value_size, sizeof(__u32));
 } incxdp_capture SEC(".maps");
 
-static __always_inline void capture_frame(struct xdp_md *ctx)
+/* `len` is the whole frame's, fragments too (bpf_xdp_get_buff_len; the
+ * helper copies across them). */
+static __always_inline void capture_frame(struct xdp_md *ctx, __u64 len)
 {
 	struct incxdp_capture_meta m;
-	/* The whole frame, fragments too (the helper copies across them). */
-	__u64 len = bpf_xdp_get_buff_len(ctx);
 
 	m.ifindex = ctx->ingress_ifindex;
 	m.len = (__u32)len;

@@ -27,13 +27,14 @@ static __always_inline void cursor_init(struct cursor *c, struct xdp_md *ctx)
 }
 
 /*
- * Whether the frame continues past data_end in fragments (an xdp.frags
- * program on a link whose MTU exceeds one buffer): then data..data_end is
- * only its first part, and no length field describes what the program sees.
+ * Whether the frame of `len` bytes (bpf_xdp_get_buff_len) continues past
+ * data_end in fragments (an xdp.frags program on a link whose MTU exceeds
+ * one buffer): then data..data_end is only its first part, and no length
+ * field describes what the program sees.
  */
-static __always_inline int frame_has_frags(struct xdp_md *ctx)
+static __always_inline int frame_has_frags(const struct xdp_md *ctx, __u64 len)
 {
-	return bpf_xdp_get_buff_len(ctx) != (__u64)(ctx->data_end - ctx->data);
+	return len != (__u64)(ctx->data_end - ctx->data);
 }
 
 /* Returns a pointer to `len` bytes at the cursor and advances past them. */

@@ -18,7 +18,6 @@
 #include "incxdp/roce.h"
 
 #define ROCE_IP_DF 0x4000
-#define ROCE_MAX_ELEMS (ROCE_MAX_PAYLOAD / 4)
 INCXDP_STATIC_ASSERT(ROCE_MAX_ELEMS <= INCXDP_MAX_ELEMS, "a RoCE payload fits a slot");
 INCXDP_STATIC_ASSERT(ROCE_MIN_IMM_FRAME + ROCE_MAX_PAYLOAD <= ROCE_ICRC_MAX_FRAME,
 		     "the largest frame is one the ICRC walk covers");

@@ -393,9 +393,10 @@ class AfXdpTransport final : public Transport {
         skel_->rodata->xsk_local_port = htons(cfg_.local_port);
         skel_->rodata->xsk_tx_ifindex = uint32_t(ifindex_);
         adopt_maps_of_previous_program();
-        // attach() keeps the mode of the interface's program; frags in
+        // attach() takes over the interface's program in its mode; frags in
         // driver mode only (incxdp/xdp_frags.h).
-        if (int err = set_xdp_frags({skel_->progs.incxdp_xsk}, current_mode() == XDP_FLAGS_DRV_MODE))
+        mode_ = mode_of(query_xdp());
+        if (int err = set_xdp_frags({skel_->progs.incxdp_xsk}, mode_ == XDP_FLAGS_DRV_MODE))
             fail(-err, fmt::format("{}: set xdp.frags on incxdp_xsk", describe_));
         if (int err = incxdp_xsk__load(skel_))
             fail(-err, fmt::format("{}: load incxdp_xsk (needs CAP_BPF)", describe_));
@@ -476,9 +477,6 @@ class AfXdpTransport final : public Transport {
         }
     }
 
-    // Swap incxdp_xsk in for the interface's program in one step
-    // (XDP_FLAGS_REPLACE with the old program's fd), so frames the switch
-    // redirects here always find a program.
     // The interface's XDP programs.
     bpf_xdp_query_opts query_xdp() {
         bpf_xdp_query_opts q{};
@@ -492,11 +490,12 @@ class AfXdpTransport final : public Transport {
     static uint32_t mode_of(const bpf_xdp_query_opts &q) {
         return q.skb_prog_id && !q.drv_prog_id ? XDP_FLAGS_SKB_MODE : XDP_FLAGS_DRV_MODE;
     }
-    uint32_t current_mode() { return mode_of(query_xdp()); }
 
+    // Swap incxdp_xsk in for the interface's program in one step
+    // (XDP_FLAGS_REPLACE with the old program's fd), so frames the switch
+    // redirects here always find a program. In mode_, chosen at load.
     void attach() {
         bpf_xdp_query_opts q = query_xdp();
-        mode_ = mode_of(q);
         uint32_t old_id = mode_ == XDP_FLAGS_SKB_MODE ? q.skb_prog_id : q.drv_prog_id;
         int prog_fd = bpf_program__fd(skel_->progs.incxdp_xsk);
         bpf_xdp_attach_opts o{};

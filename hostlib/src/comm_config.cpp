@@ -166,11 +166,11 @@ void CommConfig::validate() const {
         throw bad(fmt::format("window {} is not in 1..{}", window, max_window));
     uint32_t p = effective_elems_per_packet();
     if (roce_) {
-        if (p == 0 || p % INCXDP_ELEM_QUANTUM != 0 || p > detail::kRoceMaxElems)
+        if (p == 0 || p % INCXDP_ELEM_QUANTUM != 0 || p > ROCE_MAX_ELEMS)
             throw bad(fmt::format("elems_per_packet {} must be a multiple of {} in {}..{} for "
                                   "roce (payload <= {} B)",
                                   p, INCXDP_ELEM_QUANTUM, INCXDP_ELEM_QUANTUM,
-                                  detail::kRoceMaxElems, ROCE_MAX_PAYLOAD));
+                                  ROCE_MAX_ELEMS, ROCE_MAX_PAYLOAD));
         if (mtu != 0 && p > max_roce_elems_for_mtu(mtu))
             throw bad(fmt::format("{} elements per packet ({} B IP packet) exceed the link MTU {}",
                                   p, kRoceIpOverhead + 4 * p, mtu));

@@ -20,7 +20,6 @@ namespace incxdp::detail {
 inline constexpr size_t kRoceBthOff = kFrameHdrLen;             // 42
 inline constexpr size_t kRoceHdrLen = ROCE_HDRS_LEN;            // 54: Eth + IPv4 + UDP + BTH
 inline constexpr size_t kRoceImmPayloadOff = kRoceHdrLen + 4;   // 58: payload of a *_IMM SEND
-inline constexpr uint32_t kRoceMaxElems = ROCE_MAX_PAYLOAD / 4; // 832: path MTU 4096
 /// Default payload: path MTU 2048, what an RDMA device on a 3500 B link negotiates.
 inline constexpr uint32_t kRoceDefaultElems = 512;
 static_assert(kRoceHdrLen == kFrameHdrLen + sizeof(roce_bth));

@@ -219,7 +219,7 @@ class RoceEngineTest : public ::testing::Test {
 
     // A switch with `fanin` host children (rank r on child bit r, strict),
     // below a parent switch unless it is the root.
-    void install(uint32_t fanin, bool root, uint32_t max_elems = ROCE_MAX_PAYLOAD / 4,
+    void install(uint32_t fanin, bool root, uint32_t max_elems = ROCE_MAX_ELEMS,
                  uint32_t pool_size = kPoolSize) {
         incxdp_job j{};
         j.active = 1;

@@ -158,7 +158,7 @@ TEST_F(RoceEngineTest, FullSizePayloadGoesUpWithItsIcrc) {
     install(2, false);
     const uint32_t op = allreduce(ROCE_OPR_SUM);
     uint32_t idx = 0;
-    for (size_t n : {size_t(512), size_t(ROCE_MAX_PAYLOAD / 4), size_t(272)}) {
+    for (size_t n : {size_t(512), size_t(ROCE_MAX_ELEMS), size_t(272)}) {
         auto a = ramp(n, 3), b = ramp(n, -1, 7);
         ASSERT_EQ(run(from_host(0, idx, op, a)).stat, INCXDP_STAT_ROCE_ABSORBED) << n;
         auto r = run(from_host(1, idx, op, b));
@@ -419,7 +419,7 @@ TEST_F(RoceEngineTest, IcrcIsCheckedForEveryShapeOfTheWalk) {
     install(2, true);
     uint64_t flipped = 0;
     for (uint8_t opcode : {uint8_t(ROCE_OP_SEND_ONLY_IMM), uint8_t(ROCE_OP_SEND_ONLY)}) {
-        for (size_t n = 16; n <= ROCE_MAX_PAYLOAD / 4; n += 16) {
+        for (size_t n = 16; n <= ROCE_MAX_ELEMS; n += 16) {
             RoceFields g;
             g.opcode = opcode;
             g.dqpn = child_qpn(0);
@@ -498,7 +498,7 @@ TEST_F(RoceEngineTest, MalformedFramesAreDroppedAndCounted) {
     bad.push_back(with([](RoceFields &g) { g.flags = 0x30; }));         // PadCnt 3
     bad.push_back(with([](RoceFields &g) { g.flags = 0x01; }));         // TVer 1
     bad.push_back(with([](RoceFields &g) { g.vals.resize(20); }));      // not whole 64 B blocks
-    bad.push_back(with([](RoceFields &g) { g.vals = ramp(ROCE_MAX_PAYLOAD / 4 + 16, 1); })); // too long
+    bad.push_back(with([](RoceFields &g) { g.vals = ramp(ROCE_MAX_ELEMS + 16, 1); })); // too long
     bad.push_back(with([](RoceFields &g) { g.opcode = ROCE_OP_ACK; })); // an ACK with a payload
     auto trailing = good;                                               // bytes past the datagram
     trailing.push_back(0);
@@ -557,7 +557,7 @@ TEST_F(RoceEngineTest, FramesInMoreThanOneBufferAreCountedTooLong) {
     EXPECT_EQ(r.out, jumbo);
 
     // The largest payload that fits one buffer is taken as before.
-    EXPECT_EQ(run(from_host(0, 0, op, ramp(ROCE_MAX_PAYLOAD / 4, 1))).stat, INCXDP_STAT_ROCE_ABSORBED);
+    EXPECT_EQ(run(from_host(0, 0, op, ramp(ROCE_MAX_ELEMS, 1))).stat, INCXDP_STAT_ROCE_ABSORBED);
 }
 
 TEST_F(RoceEngineTest, PeerAckIsConsumedAndPeerNakGetsTheResult) {
@@ -777,7 +777,7 @@ TEST_F(RoceEngineTest, OtherUdpStillPassesAndJobChecks) {
 TEST_F(RoceEngineTest, DISABLED_PerPacketCost) {
     constexpr uint32_t kN = 4000;
     for (bool root : {true, false}) {
-        for (size_t n : {size_t(256), size_t(512), size_t(ROCE_MAX_PAYLOAD / 4)}) {
+        for (size_t n : {size_t(256), size_t(512), size_t(ROCE_MAX_ELEMS)}) {
             TearDown();
             SetUp();
             install(2, root);

@@ -189,7 +189,7 @@ TEST_F(Tree124, AllReduceWithInc_EmulationsOneKilobytePackets)
 // way.
 TEST_F(Tree124, CollectivesWithPathMtu4096Packets)
 {
-    const uint32_t elems = ROCE_MAX_PAYLOAD / 4;
+    const uint32_t elems = ROCE_MAX_ELEMS;
     for (TreeRun s : {TreeRun{"allreduce", "4M"}, TreeRun{"allreduce", "1M", "float32", "sum"},
                       TreeRun{"reduce", "1M", "int32", "max", 2}, TreeRun{"broadcast", "1M", "int32", "sum", 3}}) {
         s.elems = elems;
@@ -435,7 +435,7 @@ TEST_F(Tree124, CapturedFramesPassScapyIcrcAndTsharkDecode) { capture_and_check(
 // The largest payload (path MTU 4096): 3394 B frames.
 TEST_F(Tree124, CapturedPathMtu4096FramesPassScapyIcrcAndTsharkDecode)
 {
-    capture_and_check(ROCE_MAX_PAYLOAD / 4);
+    capture_and_check(ROCE_MAX_ELEMS);
 }
 
 // tree124 with jumbo links (MTU 9000, as RDMA fabrics run). Every XDP
@@ -494,7 +494,7 @@ TEST_F(Tree124Jumbo, CollectivesRunOnMtu9000Links)
     }
     for (TreeRun s : {TreeRun{"allreduce", "16M"}, TreeRun{"allreduce", "1M", "float32", "sum"},
                       TreeRun{"reduce", "1M", "int32", "max", 2}, TreeRun{"broadcast", "1M", "int32", "sum", 3}}) {
-        s.elems = ROCE_MAX_PAYLOAD / 4;
+        s.elems = ROCE_MAX_ELEMS;
         run(s);
     }
     run({"allreduce", "4M"}); // the default payload

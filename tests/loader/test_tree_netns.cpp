@@ -216,7 +216,7 @@ class TreeRulesNetns : public ::testing::Test {
             if (pool_as_planned) {
                 EXPECT_EQ(j.at("pool_base"), ts.pool_base);
             }
-            EXPECT_EQ(j.at("max_elems"), ROCE_MAX_PAYLOAD / 4);
+            EXPECT_EQ(j.at("max_elems"), ROCE_MAX_ELEMS);
             EXPECT_EQ(j.at("switch_ip"), be_ip(t_.node(ts.name).ip));
             EXPECT_EQ(j.at("parent_qpn"),
                       ts.parent_conn ? plan_.conns[*ts.parent_conn].child_qpn : 0u);

@@ -4,6 +4,7 @@
 // every refusal), and the per-switch map values rules::compile() makes of it.
 #include "../common/yaml_edit.h"
 
+#include <incxdp/roce.h>
 #include <incxdp/rules_ctl.h>
 #include <incxdp/tree.h>
 
@@ -447,7 +448,7 @@ TEST(CompileRules, LeafSwitchOfTree124) {
     EXPECT_EQ(r.job.nworkers, 2u);
     EXPECT_EQ(r.job.pool_base, 0u);
     EXPECT_EQ(r.job.pool_size, 2048u);
-    EXPECT_EQ(r.job.max_elems, uint32_t(ROCE_MAX_PAYLOAD / 4));
+    EXPECT_EQ(r.job.max_elems, uint32_t(ROCE_MAX_ELEMS));
     EXPECT_EQ(r.job.switch_ip, be("10.79.0.252"));
     EXPECT_EQ(r.job.parent_qpn, up.child_qpn);
 

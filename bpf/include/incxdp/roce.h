@@ -75,10 +75,11 @@ INCXDP_STATIC_ASSERT(sizeof(struct roce_aeth) == 4, "AETH layout");
  * fits the linear part of an XDP buffer (bpf/lib/icrc.h); 4096 B arrives in
  * fragments on a jumbo link and is dropped as too_long (reading, checking
  * and writing payloads across fragments is not done). Hosts whose device
- * negotiates path MTU 2048
- * (rxe on that link) send up to 2048 B, hostlib's default.
+ * negotiates path MTU 2048 (rxe on that link) send up to 2048 B, hostlib's
+ * default.
  */
 #define ROCE_MAX_PAYLOAD 3328
+#define ROCE_MAX_ELEMS (ROCE_MAX_PAYLOAD / 4)
 
 /*
  * ImmDt (host order after ntohl):

@@ -10,7 +10,6 @@
 
 #include <incxdp/ctl.h>
 #include <incxdp/maps.h>
-#include <incxdp/roce.h>
 #include <incxdp/tree.h>
 
 #include <cstdint>
@@ -20,9 +19,6 @@
 #include <vector>
 
 namespace incxdp::ctl::rules {
-
-/// Payload limit of a RoCE job in int32 (ROCE_MAX_PAYLOAD, incxdp/roce.h).
-constexpr uint32_t kRoceMaxElems = ROCE_MAX_PAYLOAD / 4;
 
 /// One entry of incxdp_roce_conns as a switch installs it.
 struct ConnRule {

@@ -119,8 +119,8 @@ void Model::reset_pool(const JobDef &j) {
 std::optional<Decoded> Model::decode(const Bytes &f, bool switchml) const {
     Decoded d;
     d.switchml = switchml;
-    // apply() takes a longer frame for too_long before it gets here.
-    const size_t n = std::min(f.size(), kXdpLinearMax);
+    // One buffer: apply() has taken longer frames for too_long.
+    const size_t n = f.size();
     const size_t h = kL4;
     if (switchml) {
         d.hdr_len = SWITCHML_HDR_LEN;
