@@ -146,6 +146,7 @@ int main(int argc, char **argv) {
         if (sizes.empty())
             throw std::invalid_argument("no sizes to run (check --min-size/--max-size)");
         CommConfig cfg = make_config(o.boot);
+        cfg.stop = stop_on_signals();
         Communicator comm(cfg);
         if (cfg.rank == 0 && !o.boot.json)
             fmt::print(
@@ -188,7 +189,7 @@ int main(int argc, char **argv) {
             std::cout << json{{"rank", o.boot.rank}, {"error", e.what()}}.dump() << std::endl;
         else
             fmt::print(stderr, "incxdp-bench: rank {}: {}\n", o.boot.rank, e.what());
-        return 1;
+        return stop_signal() ? 128 + stop_signal() : 1;
     }
     return 0;
 }

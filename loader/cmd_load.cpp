@@ -36,8 +36,11 @@ void print_status(const ctl::Status &st, bool json)
         j["jobs"] = st.jobs;
         j["ports"] = nlohmann::json::array();
         for (const auto &p : st.ports)
-            j["ports"].push_back({{"iface", p.iface}, {"ifindex", p.ifindex}, {"mode", p.mode},
-                                  {"prog_id", p.prog_id}});
+            j["ports"].push_back({{"iface", p.iface},
+                                  {"ifindex", p.ifindex},
+                                  {"mode", p.mode},
+                                  {"prog_id", p.prog_id},
+                                  {"xdp_xmit", p.xdp_xmit ? nlohmann::json(*p.xdp_xmit) : nlohmann::json()}});
         std::cout << j.dump(2) << "\n";
         return;
     }
@@ -48,9 +51,15 @@ void print_status(const ctl::Status &st, bool json)
     fmt::print("incxdp loaded in {}{}, maps in {}\n", st.netns, st.other_netns ? " (not this namespace)" : "",
                st.pin_dir);
     fmt::print("slots: {} used of {}, jobs: {}\n", st.slots_used, st.slots_total, st.jobs);
-    fmt::print("{:<16} {:>8} {:<20} {:>8}\n", "PORT", "IFINDEX", "MODE", "PROG");
+    fmt::print("{:<16} {:>8} {:<20} {:>8} {:>8}\n", "PORT", "IFINDEX", "MODE", "PROG", "XDP-XMIT");
     for (const auto &p : st.ports)
-        fmt::print("{:<16} {:>8} {:<20} {:>8}\n", p.iface, p.ifindex, p.mode, p.prog_id);
+        fmt::print("{:<16} {:>8} {:<20} {:>8} {:>8}\n", p.iface, p.ifindex, p.mode, p.prog_id,
+                   p.xdp_xmit ? (*p.xdp_xmit ? "yes" : "no") : "?");
+    for (const auto &p : st.ports)
+        if (p.xdp_xmit == false && p.mode.find("native") != std::string::npos)
+            fmt::print("warning: {} transmits no XDP frames (a veth whose peer runs no native XDP "
+                       "program?): what the engine forwards or multicasts out of it is dropped\n",
+                       p.iface);
 }
 
 } // namespace

@@ -4,6 +4,7 @@
 #include "port_util.h"
 
 #include "incxdp_switch.skel.h"
+#include <incxdp/netdev_xdp.h>
 #include <incxdp/xdp_frags.h>
 
 #include <bpf/bpf.h>
@@ -310,6 +311,9 @@ Status status(const std::string &pin_dir)
                 p.prog_id = xdp_program__id(ours);
             }
         }
+        if (!st.other_netns)
+            if (auto f = netdev::xdp_features(int(ifx)))
+                p.xdp_xmit = (*f & netdev::kXdpActNdoXmit) != 0;
         st.ports.push_back(p);
     }
     st.slots_total = m.slot_entries();

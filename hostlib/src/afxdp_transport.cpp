@@ -9,6 +9,7 @@
 #include "incxdp_xsk.skel.h"
 #include <incxdp/capture.h>
 #include <incxdp/chaos.h>
+#include <incxdp/netdev_xdp.h>
 #include <incxdp/xdp_frags.h>
 #include <incxdp/xdp_prog_maps.h>
 
@@ -162,9 +163,22 @@ class AfXdpTransport final : public Transport {
         IfInfo info = iface_info(ifname_);
         ifindex_ = int(info.index);
         mtu_ = info.mtu;
+        // Live frames leave through the interface's ndo_xdp_xmit, which
+        // drops them, silently, where the driver has none or (veth) while
+        // the peer runs no native XDP program, e.g. a switch whose engine is
+        // in generic mode. The tx ring's skbs go through the stack instead.
+        std::string notes = cfg.raw_frames ? "raw frames" : "";
+        if (cfg_.tx_live_frames) {
+            auto feat = netdev::xdp_features(ifindex_);
+            if (feat && !(*feat & netdev::kXdpActNdoXmit)) {
+                cfg_.tx_live_frames = false;
+                tx_free_ = FrameStack(cfg_.rx_frames, cfg_.tx_frames, cfg_.frame_size);
+                notes += (notes.empty() ? "" : ", ") + ("tx ring: no XDP transmit on " + ifname_);
+            }
+        }
         describe_ = fmt::format("afxdp {}:{} -> {}:{} on {} queue {}{}", cfg.local_ip,
                                 cfg.local_port, cfg.remote_ip, cfg.remote_port, ifname_, cfg.queue,
-                                cfg.raw_frames ? " (raw frames)" : "");
+                                notes.empty() ? "" : " (" + notes + ")");
         if (kFrameHdrLen + cfg.max_payload > cfg.frame_size ||
             (info.mtu && 28 + cfg.max_payload > info.mtu))
             throw std::invalid_argument(
@@ -262,6 +276,8 @@ class AfXdpTransport final : public Transport {
         if (want_send && !live_mem_)
             kick_tx();
     }
+
+    bool frames_grow_at_switch() const override { return live_mem_ != nullptr; }
 
     std::string describe() const override { return describe_; }
 

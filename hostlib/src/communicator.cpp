@@ -144,8 +144,10 @@ struct Communicator::Impl {
     void run_roce(const detail::RoceCall &c, const char *what) {
         auto t0 = std::chrono::steady_clock::now();
         last = CommStats{};
+        // Verbs has no Transport: the device's frames are skb-built.
+        const bool pad = !transport || !transport->frames_grow_at_switch();
         detail::RoceSteps steps(c, cfg.rank, cfg.world_size, cfg.effective_elems_per_packet(),
-                                roce_exps, cfg.transport == TransportKind::Verbs);
+                                roce_exps, pad);
         steps.prepare(what); // throws before anything is sent
         uint64_t dropped = rx_dropped();
         try {
@@ -220,6 +222,12 @@ Communicator::Communicator(CommConfig cfg, std::unique_ptr<Transport> transport)
         throw std::invalid_argument(
             "communicator: transport verbs sends through the RDMA device, not a given Transport");
     impl_ = std::make_unique<Impl>(std::move(cfg), std::move(transport));
+}
+
+void throw_if_stopped(const CommConfig &cfg, const char *what) {
+    if (cfg.stop && cfg.stop->load(std::memory_order_relaxed))
+        throw CommInterrupted(
+            fmt::format("{}: rank {} job {} interrupted", what, cfg.rank, cfg.job));
 }
 
 Communicator::~Communicator() {

@@ -74,6 +74,7 @@ void Engine::run(const Schedule &sched, std::span<const uint16_t> lane_slots,
             flush(now);
         if (now - last_progress_ >= cfg_.deadline)
             fail_timeout(now, 0);
+        throw_if_stopped(cfg_, call_->what);
         if (n == 0) {
             auto until = std::min(next_timer_, last_progress_ + cfg_.deadline);
             auto wait = std::max(until - now, Clock::duration::zero());

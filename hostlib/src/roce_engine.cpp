@@ -91,6 +91,7 @@ void RoceEngine::run(RocePackets &call, const char *what, CommStats &stats) {
         fill_and_send(now);
         if (now - last_progress_ >= cfg_.deadline)
             fail_timeout(now, false);
+        throw_if_stopped(cfg_, what);
         if (n == 0) {
             auto until = std::min(timer_, last_progress_ + cfg_.deadline);
             auto wait = std::max(until - now, Clock::duration::zero());

@@ -30,6 +30,9 @@ class VerbsLink final : public RoceLink {
         VerbsRunStats st;
         try {
             st = session_.run(call);
+        } catch (const VerbsInterrupted &) {
+            throw_if_stopped(cfg_, what);
+            throw;
         } catch (const VerbsTimeout &e) {
             const uint32_t pool = cfg_.roce.pool ? cfg_.roce.pool : cfg_.window;
             throw CommTimeout(fmt::format("{}: rank {} job {} timed out: {}", what, cfg_.rank,
@@ -59,6 +62,7 @@ class VerbsLink final : public RoceLink {
         v.ack_timeout = c.verbs.ack_timeout;
         v.retry_cnt = c.verbs.retry_cnt;
         v.timeout = c.deadline;
+        v.stop = c.stop;
         return v;
     }
 

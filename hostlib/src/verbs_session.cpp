@@ -619,6 +619,8 @@ int VerbsSession::poll_wait(ibv_wc *wc, std::chrono::steady_clock::time_point gi
     for (;;) {
         if (int n = poll_cq())
             return n;
+        if (cfg_.stop && cfg_.stop->load(std::memory_order_relaxed))
+            throw VerbsInterrupted("verbs: interrupted on " + describe());
         auto now = Clock::now();
         if (now >= give_up)
             return 0;

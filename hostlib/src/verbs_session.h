@@ -59,6 +59,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -93,6 +94,7 @@ struct VerbsConfig {
     uint8_t rnr_retry = 7;                    ///< 7 = retry forever on RNR NAK
     std::chrono::milliseconds timeout{30000}; ///< no completion for this long => VerbsTimeout
     std::chrono::microseconds spin{50};       ///< busy-poll this long before sleeping on the CQ
+    const std::atomic<bool> *stop = nullptr;  ///< set and true: run() ends with VerbsInterrupted
 
     /// Throws std::invalid_argument naming the first bad field.
     void validate() const;
@@ -193,6 +195,10 @@ struct VerbsRunStats {
 };
 
 /// No completion for VerbsConfig::timeout; names the packet that waits.
+struct VerbsInterrupted : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
 struct VerbsTimeout : std::runtime_error {
     VerbsTimeout(const std::string &what, uint64_t idx_) : std::runtime_error(what), idx(idx_) {}
     uint64_t idx; ///< the session's idx whose result did not come

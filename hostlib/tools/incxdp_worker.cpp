@@ -162,6 +162,7 @@ int main(int argc, char **argv) {
                 if (publish)
                     publish(qpn);
             };
+        cfg.stop = stop_on_signals();
         Communicator comm(cfg);
         bool ok = o.boot.dtype == "float32" ? run<float>(comm, o, bytes, out)
                                             : run<int32_t>(comm, o, bytes, out);
@@ -174,7 +175,7 @@ int main(int argc, char **argv) {
         out["error"] = e.what();
         if (!o.boot.json)
             fmt::print(stderr, "incxdp-worker: rank {}: {}\n", o.boot.rank, e.what());
-        rc = 1;
+        rc = stop_signal() ? 128 + stop_signal() : 1;
     }
     if (o.boot.json)
         std::cout << out.dump() << std::endl;

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -160,6 +161,30 @@ std::string expand_publish_qpn(const std::string &cmd, uint32_t qpn, uint32_t ra
             out.replace(at, std::strlen(key), value);
     return out;
 }
+
+namespace {
+std::atomic<bool> g_stop{false};
+volatile sig_atomic_t g_stop_signal = 0;
+static_assert(std::atomic<bool>::is_always_lock_free, "stored from a signal handler");
+
+void on_stop_signal(int sig) {
+    g_stop_signal = sig;
+    g_stop.store(true, std::memory_order_relaxed);
+}
+} // namespace
+
+const std::atomic<bool> *stop_on_signals() {
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    // No SA_RESTART: the collective's poll returns EINTR and sees the flag.
+    sa.sa_flags = SA_RESETHAND;
+    for (int sig : {SIGINT, SIGTERM, SIGHUP})
+        sigaction(sig, &sa, nullptr);
+    return &g_stop;
+}
+
+int stop_signal() { return g_stop_signal; }
 
 CommConfig make_config(const BootstrapOptions &o) {
     CommConfig c = CommConfig::from_topology(o.topo, o.job, o.rank);

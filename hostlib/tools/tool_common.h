@@ -56,6 +56,14 @@ std::string expand_publish_qpn(const std::string &cmd, uint32_t qpn, uint32_t ra
 /// on a star job, udp/afxdp on a roce-tree job).
 CommConfig make_config(const BootstrapOptions &o);
 
+/// SIGINT, SIGTERM and SIGHUP stop the running collective instead of the
+/// process (CommConfig::stop), so that the communicator's destructor puts
+/// the interface's XDP program back; a second signal kills as usual.
+/// Returns the flag to put in CommConfig::stop.
+const std::atomic<bool> *stop_on_signals();
+/// The signal that set the flag, 0 if none: exit with 128 + it.
+int stop_signal();
+
 /// Which collective a tool runs.
 enum class Prim { AllReduce, Reduce, Broadcast, Barrier };
 Prim parse_prim(std::string_view s); ///< throws std::invalid_argument

@@ -6,7 +6,7 @@
 // pins after the interface is gone.
 #include <incxdp/chaos_ctl.h>
 
-#include "private_netns.h"
+#include "../common/private_netns.h"
 
 #include <gtest/gtest.h>
 

@@ -8,7 +8,7 @@
 #include <incxdp/chaos_ctl.h>
 
 #include "incxdp_pass.skel.h"
-#include "private_netns.h"
+#include "../common/private_netns.h"
 
 #include <arpa/inet.h>
 #include <bpf/bpf.h>

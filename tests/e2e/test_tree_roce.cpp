@@ -241,6 +241,40 @@ TEST_F(Tree124, BarrierAndMixedCollectivesInOneRun)
     run(s);
 }
 
+// Ctrl-C (or a SIGTERM from a job scheduler) in the middle of a collective:
+// the worker stops it (CommInterrupted), its communicator closes the AF_XDP
+// socket and puts the host's own program (incxdp_pass) back on the interface,
+// and it exits 128 + the signal. Rank 0 runs alone, so it is certainly
+// waiting for results when the signal comes; the signal is sent only once
+// the worker's incxdp_xsk is on the interface.
+TEST_F(Tree124, AnInterruptedWorkerPutsTheHostsProgramBack)
+{
+    const auto plan = topo::plan_tree(topo::Topology::load_file(file_), 1);
+    const std::string iface = plan.conn_of_rank(0).child_iface;
+    auto prog_on_iface = [&] {
+        auto r = in_node(ranks_[0], {"ip", "-d", "link", "show", "dev", iface});
+        EXPECT_EQ(r.status, 0) << r.err;
+        auto at = r.out.find("prog/xdp id ");
+        auto name = r.out.find(" name ", at);
+        return at == std::string::npos || name == std::string::npos
+                   ? std::string()
+                   : r.out.substr(name + 6, r.out.find(' ', name + 6) - name - 6);
+    };
+    ASSERT_EQ(prog_on_iface(), "incxdp_pass");
+    ASSERT_EQ(rules_apply().status, 0);
+    for (const auto &[sig, name] : {std::pair{SIGINT, "INT"}, std::pair{SIGTERM, "TERM"}}) {
+        SCOPED_TRACE(name);
+        const std::string script =
+            std::string(INCXDP_WORKER) + " --topo " + file_ + " --job 1 --rank 0 --transport roce --size 64M" +
+            " --deadline 300 & pid=$!; for i in $(seq 300); do ip link show dev " + iface +
+            " | grep -q incxdp_xsk && break; sleep 0.1; done; kill -" + name + " $pid; wait $pid; echo rc=$?";
+        auto r = in_node(ranks_[0], {"sh", "-c", script});
+        EXPECT_NE(r.out.find("rc=" + std::to_string(128 + sig)), std::string::npos) << r.out << r.err;
+        EXPECT_NE(r.err.find("interrupted"), std::string::npos) << r.err;
+        EXPECT_EQ(prog_on_iface(), "incxdp_pass");
+    }
+}
+
 // TransportKind::Verbs end to end: each rank's RC QP is an RDMA device's
 // (fake0 in wire mode: RoCEv2 RC on the host's veth through AF_PACKET, as
 // Soft-RoCE would run it), so the device chooses the QPN, which the worker

@@ -252,7 +252,9 @@ void SoftRoceNet::on_send(uint32_t r, const RoceFrameView &v) {
     size_t n = v.payload.size() / 4;
     uint8_t prim = roce_imm_prim(imm), op = roce_imm_op(imm);
     if (prim == ROCE_PRIM_BROADCAST) {
-        if (n != 0) {
+        // Only the root's payload is data; the others' may be padding
+        // (hosts whose frames the switch cannot grow send zeros).
+        if (n != 0 && r == roce_imm_dest(imm)) {
             if (s.have_data)
                 ++c_.mismatch; // two roots
             s.vals.resize(n);

@@ -511,6 +511,42 @@ TEST_F(TreeRulesNetns, ClearUnloadRemovesTheEngines) {
     EXPECT_TRUE(json::parse(r.out).at("unloaded").empty());
 }
 
+// `incxdp status` says which ports transmit what XDP redirects to them
+// (a veth only while its peer runs native XDP): every port of a native tree
+// does, and a host whose program is gone leaves its leaf's port unable to
+// deliver, which status names.
+TEST_F(TreeRulesNetns, StatusTellsWhichPortsTransmitXdpFrames) {
+    auto r = cli({"topo", "up", kFile, "--prefix", prefix_});
+    ASSERT_EQ(r.status, 0) << r.err;
+    r = cli(rules_args("apply"));
+    ASSERT_EQ(r.status, 0) << r.out << r.err;
+    const auto &c = plan_.conn_of_rank(0);
+    auto port_xmit = [&](const json &st) {
+        std::map<std::string, json> out;
+        for (const auto &p : st.at("ports"))
+            out[p.at("iface").get<std::string>()] = p.at("xdp_xmit");
+        return out;
+    };
+    for (const auto &ts : plan_.switches) {
+        r = cli_in(ts.name, {"status", "--pin-dir", pin_dir(ts.name), "-j"});
+        ASSERT_EQ(r.status, 0) << r.err;
+        for (const auto &[iface, x] : port_xmit(json::parse(r.out)))
+            EXPECT_EQ(x, true) << ts.name << " " << iface;
+        r = cli_in(ts.name, {"status", "--pin-dir", pin_dir(ts.name)});
+        EXPECT_EQ(r.out.find("warning"), std::string::npos) << r.out;
+    }
+
+    proc::run_ok({"ip", "-n", ns(c.child), "link", "set", "dev", c.child_iface, "xdp", "off"}, "detach");
+    r = cli_in(c.parent, {"status", "--pin-dir", pin_dir(c.parent), "-j"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    auto x = port_xmit(json::parse(r.out));
+    EXPECT_EQ(x.at(c.parent_iface), false);
+    for (const auto &[iface, v] : x)
+        EXPECT_EQ(v, iface != c.parent_iface) << iface;
+    r = cli_in(c.parent, {"status", "--pin-dir", pin_dir(c.parent)});
+    EXPECT_NE(r.out.find("warning: " + c.parent_iface + " transmits no XDP frames"), std::string::npos) << r.out;
+}
+
 TEST_F(TreeRulesNetns, ApplyWithoutTheTopologyNamesTheNamespace) {
     const auto r = cli(rules_args("apply"));
     EXPECT_NE(r.status, 0);

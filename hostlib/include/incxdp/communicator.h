@@ -23,6 +23,7 @@
 #include <incxdp/transport.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -101,6 +102,11 @@ struct CommConfig {
     std::chrono::milliseconds max_timeout{200};   ///< backoff doubles up to this
     uint32_t max_retries = 0;                     ///< per packet; 0 = unlimited
     std::chrono::milliseconds deadline{30000};    ///< no result at all for this long => CommTimeout
+    /// Set and true: the running collective stops with CommInterrupted at
+    /// its next turn (a signal ends the wait it sleeps in), so that a tool's
+    /// SIGINT handler only has to store true (async-signal-safe) and the
+    /// communicator's destructor still puts the interface's XDP program back.
+    const std::atomic<bool> *stop = nullptr;
     TransportKind transport = TransportKind::Udp; ///< used by Communicator(CommConfig)
     int socket_buffer = 8 << 20;                  ///< UDP SO_RCVBUF/SO_SNDBUF bytes
     uint32_t batch = 64;            ///< datagrams per sendmmsg/recvmmsg or ring operation
@@ -166,6 +172,15 @@ struct CommTimeout : std::runtime_error {
     uint32_t rank, job, slot;
     uint64_t chunk;
 };
+
+/// Raised when CommConfig::stop became true during a collective. The
+/// communicator is unusable afterwards, as after a CommTimeout.
+struct CommInterrupted : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+/// Throws CommInterrupted if cfg.stop is set and true; `what` names the call.
+void throw_if_stopped(const CommConfig &cfg, const char *what);
 
 class Communicator {
   public:

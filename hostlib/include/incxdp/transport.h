@@ -52,6 +52,14 @@ class Transport {
     /// does not count them (0).
     virtual uint64_t rx_dropped() const { return 0; }
 
+    /// Whether the frames sent here reach the switch's XDP program with room
+    /// to grow in place: AF_XDP live frames do (each an xdp_frame in a page
+    /// of its own); frames the kernel builds as skbs (the AF_XDP tx ring, a
+    /// socket, an RDMA device) arrive sized to their data, wherever veth or
+    /// generic XDP copies them. A RoCE Broadcast's non-root ranks pad their
+    /// SENDs where the frames cannot grow (docs/ROCE.md §6).
+    virtual bool frames_grow_at_switch() const { return false; }
+
   private:
     // recv_views() default: out.size() buffers of max_len + 1 bytes.
     std::vector<std::byte> view_mem_;

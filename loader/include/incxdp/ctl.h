@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <stdexcept>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,11 @@ struct PortStatus {
     uint32_t ifindex = 0;
     std::string mode;  // "native", "skb", "dispatcher/native", ... or "detached"
     uint32_t prog_id = 0;
+    // Whether the interface transmits frames XDP redirects to it (the
+    // kernel's NETDEV_XDP_ACT_NDO_XMIT; a veth only while its peer runs
+    // native XDP). A native engine's forwarding and multicast out of a port
+    // without it are dropped. Unknown before Linux 6.3 or in another netns.
+    std::optional<bool> xdp_xmit;
 };
 
 struct Status {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// The chaos tests' namespace: this process alone, without IPv6, whose
+// A test process's own namespace: this process alone, without IPv6, whose
 // router solicitations and reports would add frames to counters the tests
 // check exactly. Dies with the process.
 #pragma once

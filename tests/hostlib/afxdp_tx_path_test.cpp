@@ -1,0 +1,224 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// How the AF_XDP transport sends, on a veth pair in a private network
+// namespace (root). Live frames leave through the interface's ndo_xdp_xmit,
+// which veth offers only while its peer runs a native XDP program: with the
+// peer in generic mode (a switch whose engine is loaded with --mode skb, or
+// a NIC driver without XDP transmit) every live frame would vanish, so the
+// transport must notice (netdev::xdp_features) and send through its tx ring.
+// Each case sends frames out of veA and reads what veB's stack gets.
+#include <incxdp/netdev_xdp.h>
+#include <incxdp/transport.h>
+
+#include "../common/frames.h"
+#include "../common/private_netns.h"
+
+#include <arpa/inet.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <gtest/gtest.h>
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/if_link.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <span>
+#include <string>
+
+namespace incxdp::test {
+namespace {
+
+constexpr uint16_t kPort = 4791;
+constexpr uint32_t kIpA = 0x0a630001, kIpB = 0x0a630002; // 10.99.0.1, 10.99.0.2
+
+std::array<uint8_t, 6> mac_of(const char *dev) {
+    std::array<uint8_t, 6> m{};
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ifreq r{};
+    std::snprintf(r.ifr_name, IFNAMSIZ, "%s", dev);
+    if (s >= 0 && ioctl(s, SIOCGIFHWADDR, &r) == 0)
+        std::memcpy(m.data(), r.ifr_hwaddr.sa_data, 6);
+    if (s >= 0)
+        close(s);
+    return m;
+}
+
+class AfXdpTxPath : public ::testing::Test {
+  protected:
+    static void SetUpTestSuite() {
+        if (geteuid() != 0)
+            return;
+        if (error_ = enter_private_netns(); !error_.empty())
+            return;
+        if (std::system("ip link add veA type veth peer name veB && ip link set veA up && "
+                        "ip link set veB up") != 0) {
+            error_ = "cannot create the veth pair (ip link add)";
+            return;
+        }
+        // XDP_PASS: r0 = 2; exit.
+        const bpf_insn pass[] = {{BPF_ALU64 | BPF_MOV | BPF_K, 0, 0, 0, XDP_PASS},
+                                 {BPF_JMP | BPF_EXIT, 0, 0, 0, 0}};
+        prog_ = bpf_prog_load(BPF_PROG_TYPE_XDP, "pass", "GPL", pass, 2, nullptr);
+        if (prog_ < 0)
+            error_ = std::string("load an XDP_PASS program: ") + strerror(errno);
+        a_ = int(if_nametoindex("veA"));
+        b_ = int(if_nametoindex("veB"));
+    }
+
+    static void TearDownTestSuite() {
+        // The namespace and its interfaces die with the process.
+        if (prog_ >= 0)
+            close(prog_);
+    }
+
+    void SetUp() override {
+        if (geteuid() != 0)
+            GTEST_SKIP() << "needs root (XDP, namespaces)";
+        ASSERT_TRUE(error_.empty()) << error_;
+    }
+
+    void TearDown() override {
+        if (rx_ >= 0)
+            close(rx_);
+        for (uint32_t mode : {XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE}) {
+            bpf_xdp_detach(b_, mode, nullptr);
+        }
+    }
+
+    // XDP_PASS on veB in `mode` (0: none).
+    static void peer_mode(uint32_t mode) {
+        if (mode) {
+            ASSERT_EQ(bpf_xdp_attach(b_, prog_, mode, nullptr), 0) << "attach XDP_PASS to veB";
+        }
+    }
+
+    // A packet socket on veB: what its stack receives.
+    void listen_on_b() {
+        rx_ = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, htons(ETH_P_IP));
+        ASSERT_GE(rx_, 0) << strerror(errno);
+        // Room for every frame at once: an skb of an XDP frame costs a page.
+        int rcvbuf = 4 << 20;
+        ASSERT_EQ(setsockopt(rx_, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf)), 0) << strerror(errno);
+        sockaddr_ll sa{};
+        sa.sll_family = AF_PACKET;
+        sa.sll_protocol = htons(ETH_P_IP);
+        sa.sll_ifindex = b_;
+        ASSERT_EQ(bind(rx_, reinterpret_cast<sockaddr *>(&sa), sizeof(sa)), 0) << strerror(errno);
+    }
+
+    // The payload markers of the UDP frames to kPort veB's stack received,
+    // once there are `want` of them or after 5 s.
+    std::set<uint32_t> received(size_t want) {
+        std::set<uint32_t> got;
+        auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        Bytes buf(2048);
+        while (got.size() < want && std::chrono::steady_clock::now() < until) {
+            pollfd p{rx_, POLLIN, 0};
+            if (poll(&p, 1, 50) <= 0)
+                continue;
+            for (ssize_t n; (n = recv(rx_, buf.data(), buf.size(), 0)) > 0;)
+                if (size_t(n) >= kL4 + 4 && get16(buf, kEth + kIp + 2) == kPort)
+                    got.insert(get32(buf, kL4));
+        }
+        return got;
+    }
+
+    static std::unique_ptr<Transport> transport() {
+        AfXdpTransportConfig c;
+        c.local_ip = "10.99.0.1";
+        c.local_port = kPort;
+        c.remote_ip = "10.99.0.2";
+        c.remote_port = kPort;
+        c.ifname = "veA";
+        c.raw_frames = true; // our own frames: no neighbour lookup
+        c.max_payload = 1400; // the veth's MTU is 1500
+        return make_afxdp_transport(c);
+    }
+
+    // Sends frames with markers first..first+n-1 out of veA.
+    static void send(Transport &t, uint32_t first, uint32_t n) {
+        Endpoint src{mac_of("veA"), kIpA, kPort}, dst{mac_of("veB"), kIpB, kPort};
+        std::vector<Bytes> frames;
+        for (uint32_t i = 0; i < n; i++) {
+            Bytes pl;
+            put32(pl, first + i);
+            pl.resize(256, 0xab);
+            frames.push_back(udp_frame(src, dst, pl));
+        }
+        std::vector<std::span<const std::byte>> spans;
+        for (const auto &f : frames)
+            spans.push_back(std::as_bytes(std::span(f)));
+        size_t sent = 0;
+        for (int tries = 0; sent < spans.size() && tries < 1000; tries++) {
+            sent += t.send_batch(std::span(spans).subspan(sent));
+            if (sent < spans.size())
+                t.wait(std::chrono::milliseconds(1), true);
+        }
+        ASSERT_EQ(sent, spans.size());
+    }
+
+    static inline std::string error_;
+    static inline int prog_ = -1, a_ = 0, b_ = 0;
+    int rx_ = -1;
+};
+
+TEST_F(AfXdpTxPath, TheKernelReportsXdpTransmitOnlyWhileThePeerRunsNativeXdp) {
+    auto none = netdev::xdp_features(a_);
+    ASSERT_TRUE(none.has_value()) << "no netdev generic netlink family (Linux < 6.3?)";
+    EXPECT_TRUE(*none & netdev::kXdpActBasic);
+    EXPECT_FALSE(*none & netdev::kXdpActNdoXmit);
+
+    peer_mode(XDP_FLAGS_DRV_MODE);
+    auto native = netdev::xdp_features(a_);
+    ASSERT_TRUE(native.has_value());
+    EXPECT_TRUE(*native & netdev::kXdpActNdoXmit);
+    ASSERT_EQ(bpf_xdp_detach(b_, XDP_FLAGS_DRV_MODE, nullptr), 0);
+
+    peer_mode(XDP_FLAGS_SKB_MODE);
+    auto generic = netdev::xdp_features(a_);
+    ASSERT_TRUE(generic.has_value());
+    EXPECT_FALSE(*generic & netdev::kXdpActNdoXmit);
+
+    EXPECT_FALSE(netdev::xdp_features(int(0x7ffffff0)).has_value()) << "an interface that does not exist";
+}
+
+// The peer runs native XDP: live frames, each with room to grow at the switch.
+TEST_F(AfXdpTxPath, LiveFramesReachANativeXdpPeer) {
+    peer_mode(XDP_FLAGS_DRV_MODE);
+    listen_on_b();
+    auto t = transport();
+    EXPECT_TRUE(t->frames_grow_at_switch()) << t->describe();
+    EXPECT_EQ(t->describe().find("tx ring"), std::string::npos) << t->describe();
+    send(*t, 1000, 64);
+    EXPECT_EQ(received(64).size(), 64u) << t->describe();
+}
+
+// Generic XDP on the peer, or none at all: veth cannot take live frames, so
+// the transport sends through its tx ring (skb-built frames, which do not
+// grow: RoCE Broadcasts pad theirs then).
+TEST_F(AfXdpTxPath, FramesReachAPeerWithoutNativeXdpThroughTheTxRing) {
+    for (uint32_t mode : {uint32_t(XDP_FLAGS_SKB_MODE), 0u}) {
+        SCOPED_TRACE(mode ? "generic XDP on veB" : "no XDP on veB");
+        peer_mode(mode);
+        listen_on_b();
+        auto t = transport();
+        EXPECT_FALSE(t->frames_grow_at_switch()) << t->describe();
+        EXPECT_NE(t->describe().find("tx ring: no XDP transmit on veA"), std::string::npos) << t->describe();
+        send(*t, 2000, 64);
+        EXPECT_EQ(received(64).size(), 64u) << t->describe();
+        t.reset();
+        TearDown();
+        rx_ = -1;
+    }
+}
+
+} // namespace
+} // namespace incxdp::test
