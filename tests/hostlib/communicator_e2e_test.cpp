@@ -37,6 +37,7 @@ struct ClusterOptions {
     double drop = 0, dup = 0, late = 0;
     std::chrono::milliseconds deadline{20000};
     uint32_t max_retries = 0;
+    const std::atomic<bool> *stop = nullptr;
 };
 
 class Cluster {
@@ -71,6 +72,7 @@ class Cluster {
         c.wire = o_.wire;
         c.deadline = o_.deadline;
         c.max_retries = o_.max_retries;
+        c.stop = o_.stop;
         return c;
     }
 
@@ -285,6 +287,39 @@ TEST(CommunicatorE2E, BarrierAndStats) {
     EXPECT_GE(s.packets_sent, s.results);
     EXPECT_GT(s.bytes_sent, 10000u * 4);
     EXPECT_GT(s.seconds, 0);
+}
+
+// CommConfig::stop on the star engine: the allreduce that waits for a
+// rank that never comes ends with CommInterrupted, not at its deadline.
+TEST(CommunicatorE2E, StopEndsAWaitingAllreduceWithCommInterrupted) {
+    std::atomic<bool> stop{false};
+    ClusterOptions o;
+    o.deadline = std::chrono::milliseconds(120000);
+    o.stop = &stop;
+    Cluster cl(o);
+    std::thread setter([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        stop.store(true);
+    });
+    auto err = cl.parallel(
+        [&](uint32_t, Communicator &c) {
+            std::vector<int32_t> v(2000, 1);
+            c.allreduce(v, v, ReduceOp::Sum);
+        },
+        3); // rank 3 never shows up
+    setter.join();
+    for (uint32_t r = 0; r < 3; ++r) {
+        ASSERT_TRUE(err[r]) << "rank " << r;
+        try {
+            std::rethrow_exception(err[r]);
+        } catch (const CommInterrupted &e) {
+            EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(r) + " job 7 interrupted"),
+                      std::string::npos)
+                << e.what();
+        } catch (const std::exception &e) {
+            FAIL() << "rank " << r << ": not CommInterrupted: " << e.what();
+        }
+    }
 }
 
 TEST(CommunicatorE2E, StallNamesRankJobSlotAndChunk) {

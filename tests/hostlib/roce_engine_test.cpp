@@ -42,6 +42,7 @@ struct RoceOptions {
     std::chrono::milliseconds timeout{100}, max_timeout{400};
     std::chrono::milliseconds deadline{30000};
     uint32_t max_retries = 0;
+    const std::atomic<bool> *stop = nullptr;
 };
 
 std::string ip_of(uint32_t net_order) {
@@ -87,6 +88,7 @@ class RoceCluster {
         c.max_timeout = o_.max_timeout;
         c.deadline = o_.deadline;
         c.max_retries = o_.max_retries;
+        c.stop = o_.stop;
         return c;
     }
 
@@ -480,6 +482,35 @@ TEST(RoceEngine, StallTimesOutNamingRankJobAndIdx) {
         }
         EXPECT_THROW(cl.comm(r).barrier(), std::logic_error);
     }
+}
+
+// CommConfig::stop (what the tools' signal handlers set) ends a collective
+// that would otherwise wait for its deadline: CommInterrupted, not a
+// timeout, and the communicator is unusable after it.
+TEST(RoceEngine, StopEndsAWaitingCollectiveWithCommInterrupted) {
+    std::atomic<bool> stop{false};
+    RoceOptions o;
+    o.sw.ranks = 2;
+    o.deadline = std::chrono::milliseconds(120000);
+    o.stop = &stop;
+    RoceCluster cl(o);
+    std::thread setter([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        stop.store(true);
+    });
+    // Rank 1 never calls: rank 0's barrier has no result to wait for.
+    auto err = cl.parallel([](uint32_t, Communicator &c) { c.barrier(); }, 1);
+    setter.join();
+    ASSERT_TRUE(err[0]);
+    try {
+        std::rethrow_exception(err[0]);
+    } catch (const CommInterrupted &e) {
+        EXPECT_NE(std::string(e.what()).find("barrier: rank 0 job 9 interrupted"), std::string::npos)
+            << e.what();
+    } catch (const std::exception &e) {
+        FAIL() << "not CommInterrupted: " << e.what();
+    }
+    EXPECT_THROW(cl.comm(0).barrier(), std::logic_error);
 }
 
 TEST(RoceEngine, MaxRetriesGivesUp) {
