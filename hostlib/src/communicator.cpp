@@ -6,6 +6,7 @@
 #include "engine.h"
 #include "roce_collectives.h"
 #include "roce_engine.h"
+#include "stop.h"
 #include "verbs_link.h"
 
 #include <fmt/format.h>
@@ -224,10 +225,8 @@ Communicator::Communicator(CommConfig cfg, std::unique_ptr<Transport> transport)
     impl_ = std::make_unique<Impl>(std::move(cfg), std::move(transport));
 }
 
-void throw_if_stopped(const CommConfig &cfg, const char *what) {
-    if (cfg.stop && cfg.stop->load(std::memory_order_relaxed))
-        throw CommInterrupted(
-            fmt::format("{}: rank {} job {} interrupted", what, cfg.rank, cfg.job));
+void detail::throw_interrupted(const CommConfig &cfg, const char *what) {
+    throw CommInterrupted(fmt::format("{}: rank {} job {} interrupted", what, cfg.rank, cfg.job));
 }
 
 Communicator::~Communicator() {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause
 #include "engine.h"
+#include "stop.h"
 
 #include <fmt/format.h>
 

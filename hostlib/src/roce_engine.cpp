@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause
 #include "roce_engine.h"
+#include "stop.h"
 
 #include <arpa/inet.h>
 #include <fmt/format.h>

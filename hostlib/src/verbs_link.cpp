@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #if INCXDP_HAVE_VERBS
+#include "stop.h"
 #include "verbs_session.h"
 #endif
 
@@ -31,8 +32,7 @@ class VerbsLink final : public RoceLink {
         try {
             st = session_.run(call);
         } catch (const VerbsInterrupted &) {
-            throw_if_stopped(cfg_, what);
-            throw;
+            throw_interrupted(cfg_, what);
         } catch (const VerbsTimeout &e) {
             const uint32_t pool = cfg_.roce.pool ? cfg_.roce.pool : cfg_.window;
             throw CommTimeout(fmt::format("{}: rank {} job {} timed out: {}", what, cfg_.rank,

@@ -124,9 +124,7 @@ class ChaosVeth : public ::testing::Test {
         if (error_ = enter_private_netns(); !error_.empty())
             return;
         root_ = "/sys/fs/bpf/incxdp-chaos-ctltest-" + std::to_string(getpid());
-        if (std::system("ip link add veA type veth peer name veB && ip link set veA up && "
-                        "ip link set veB up") != 0)
-            error_ = "cannot create the veth pair (ip link add)";
+        error_ = add_veth_pair("veA", "veB");
     }
 
     static void TearDownTestSuite() {

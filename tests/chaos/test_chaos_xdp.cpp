@@ -82,12 +82,10 @@ class ChaosXdp : public ::testing::Test {
             return;
         if (error_ = enter_private_netns(); !error_.empty())
             return;
-        if (std::system("ip link add veX type veth peer name veY && ip link set veX up && "
-                        "ip link set veY up && ip link add veN type veth peer name veM && "
-                        "ip link set veN up && ip link set veM up") != 0) {
-            error_ = "cannot create the veth pairs (ip link add)";
+        if (error_ = add_veth_pair("veX", "veY"); !error_.empty())
             return;
-        }
+        if (error_ = add_veth_pair("veN", "veM"); !error_.empty())
+            return;
         skel_ = incxdp_pass__open_and_load();
         if (!skel_) {
             error_ = std::string("load incxdp_pass: ") + strerror(errno);

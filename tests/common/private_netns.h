@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sched.h>
 #include <string>
@@ -23,6 +24,14 @@ inline std::string enter_private_netns() {
             std::fclose(f);
         }
     return "";
+}
+
+// A veth pair a <-> b, both up, in the calling process's namespace: "" on
+// success, else what failed.
+inline std::string add_veth_pair(const std::string &a, const std::string &b) {
+    const std::string cmd = "ip link add " + a + " type veth peer name " + b + " && ip link set " + a +
+                            " up && ip link set " + b + " up";
+    return std::system(cmd.c_str()) == 0 ? "" : "cannot create the veth pair " + a + "/" + b + " (ip link add)";
 }
 
 } // namespace incxdp::test

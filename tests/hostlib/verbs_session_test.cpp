@@ -722,6 +722,23 @@ TEST_F(VerbsLoopback, NoResultIsATimeoutNamingTheIdx) {
     EXPECT_EQ(echo.received.load(), 8u);
 }
 
+// VerbsConfig::stop (CommConfig::stop, set by the tools' signal handlers)
+// ends a run that waits for results, long before its timeout.
+TEST_F(VerbsLoopback, StopEndsAWaitingRun) {
+    const uint32_t maxp = max_payload();
+    EchoPeer echo(device_, ip_, maxp);
+    echo.answer = false; // the "switch" never answers
+    std::atomic<bool> stop{true};
+    VerbsConfig cfg = host_config(echo.qpn(), maxp);
+    cfg.timeout = std::chrono::milliseconds(120000);
+    cfg.stop = &stop;
+    VerbsSession s(cfg);
+    echo.connect(cfg, s.qp_num());
+    auto empty = [](uint64_t, std::span<std::byte>) { return size_t(0); };
+    EchoCall twenty(20, 0, empty);
+    EXPECT_THROW(s.run(twenty), VerbsInterrupted);
+}
+
 TEST_F(VerbsLoopback, ResultOfAnotherCollectiveIsAnError) {
     const uint32_t maxp = max_payload();
     EchoPeer echo(device_, ip_, maxp);

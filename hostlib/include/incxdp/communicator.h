@@ -179,9 +179,6 @@ struct CommInterrupted : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-/// Throws CommInterrupted if cfg.stop is set and true; `what` names the call.
-void throw_if_stopped(const CommConfig &cfg, const char *what);
-
 class Communicator {
   public:
     /// Open cfg.transport (UDP socket bound to local_ip:local_port, or an

@@ -13,10 +13,7 @@ namespace incxdp::netdev {
 
 // NETDEV_XDP_ACT_* of uapi linux/netdev.h (Debian 12's headers predate it).
 inline constexpr uint64_t kXdpActBasic = 1u << 0;
-inline constexpr uint64_t kXdpActRedirect = 1u << 1;
 inline constexpr uint64_t kXdpActNdoXmit = 1u << 2;
-inline constexpr uint64_t kXdpActRxSg = 1u << 5;
-inline constexpr uint64_t kXdpActNdoXmitSg = 1u << 6;
 
 // The NETDEV_XDP_ACT_* bits of `ifindex` in the calling thread's network
 // namespace, or nullopt where the kernel cannot say (no netdev family before
