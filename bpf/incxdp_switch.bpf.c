@@ -266,14 +266,18 @@ int incxdp_ingress(struct xdp_md *ctx)
 	__u64 len;
 	int v;
 
+	/* One helper call for every use below (it is not inlined). */
+	len = bpf_xdp_get_buff_len(ctx);
+	/* Before anything reads the frame: what arrives in pieces is then
+	 * processed whole (the fault injector too). */
+	if (frame_has_frags(ctx, len) && frame_pull_linear(ctx, len))
+		stat_inc(INCXDP_STAT_PULLED);
 	/* `incxdp chaos --xdp` first: a frame it loses never arrived. */
 	v = chaos_xdp(ctx);
 	if (v != CHAOS_XDP_CONTINUE) {
 		stat_inc(INCXDP_STAT_CHAOS);
 		return v;
 	}
-	/* One helper call for both uses below (it is not inlined). */
-	len = bpf_xdp_get_buff_len(ctx);
 	capture_frame(ctx, len); /* `incxdp capture`: what arrives on this port */
 	cursor_init(&c, ctx);
 	f.end = c.end;
@@ -283,8 +287,9 @@ int incxdp_ingress(struct xdp_md *ctx)
 		return XDP_PASS;
 	}
 	/* Everything below reads, writes and resizes the frame as the linear
-	 * part of the buffer: a frame with fragments (above ~3.5 KB, only on a
-	 * link whose MTU a non-frags program could not take) is not ours. */
+	 * part of the buffer: a frame still in fragments (above ~3.5 KB, only
+	 * on a link whose MTU a non-frags program could not take, or on a
+	 * kernel without bpf_xdp_pull_data) is not ours. */
 	if (frame_has_frags(ctx, len)) {
 		stat_inc(INCXDP_STAT_TOO_LONG);
 		return XDP_DROP;

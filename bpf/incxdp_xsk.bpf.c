@@ -26,6 +26,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+#include "incxdp/xsk.h"
 #include "parse.h"
 #include "capture.h"
 #include "chaos_xdp.h"
@@ -71,18 +72,9 @@ struct {
 	__type(value, __u32);
 } incxdp_xsks SEC(".maps");
 
-enum {
-	XSK_STAT_REDIRECTED, /* handed to the socket */
-	XSK_STAT_NO_SOCKET,  /* ours, but no socket on this queue: passed */
-	XSK_STAT_PASSED,     /* not ours: passed */
-	XSK_STAT_SENT,       /* live frame redirected out of the interface */
-	XSK_STAT_TX_BAD,     /* live frame with a bad slot or length: dropped */
-	XSK_STAT_COUNT,
-};
-
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, XSK_STAT_COUNT);
+	__uint(max_entries, INCXDP_XSK_STAT_COUNT);
 	__type(key, __u32);
 	__type(value, __u64);
 } incxdp_xsk_stats SEC(".maps");
@@ -107,15 +99,15 @@ static __always_inline int xsk_steer(struct xdp_md *ctx)
 	cursor_init(&c, ctx);
 	eth = parse_eth(&c);
 	if (!eth || eth->h_proto != bpf_htons(ETH_P_IP))
-		return count(XSK_STAT_PASSED, XDP_PASS);
+		return count(INCXDP_XSK_PASSED, XDP_PASS);
 	ip = parse_ipv4_plain(&c);
 	if (!ip || ip->protocol != IPPROTO_UDP || ip->daddr != xsk_local_ip)
-		return count(XSK_STAT_PASSED, XDP_PASS);
+		return count(INCXDP_XSK_PASSED, XDP_PASS);
 	udp = parse_udp(&c);
 	if (!udp || udp->dest != xsk_local_port)
-		return count(XSK_STAT_PASSED, XDP_PASS);
+		return count(INCXDP_XSK_PASSED, XDP_PASS);
 	verdict = bpf_redirect_map(&incxdp_xsks, ctx->rx_queue_index, XDP_PASS);
-	return count(verdict == XDP_REDIRECT ? XSK_STAT_REDIRECTED : XSK_STAT_NO_SOCKET, verdict);
+	return count(verdict == XDP_REDIRECT ? INCXDP_XSK_REDIRECTED : INCXDP_XSK_NO_SOCKET, verdict);
 }
 
 /*
@@ -131,34 +123,39 @@ static __always_inline int xsk_send(struct xdp_md *ctx)
 	int have;
 
 	if (!f)
-		return count(XSK_STAT_TX_BAD, XDP_DROP);
+		return count(INCXDP_XSK_TX_BAD, XDP_DROP);
 	len = f->len;
 	if (len < ETH_HLEN || len > INCXDP_XSK_TX_FRAME_MAX)
-		return count(XSK_STAT_TX_BAD, XDP_DROP);
+		return count(INCXDP_XSK_TX_BAD, XDP_DROP);
 	have = (int)bpf_xdp_get_buff_len(ctx);
 	if (bpf_xdp_adjust_tail(ctx, (int)len - have))
-		return count(XSK_STAT_TX_BAD, XDP_DROP);
+		return count(INCXDP_XSK_TX_BAD, XDP_DROP);
 	if (bpf_xdp_store_bytes(ctx, 0, f->data, len))
-		return count(XSK_STAT_TX_BAD, XDP_DROP);
-	return count(XSK_STAT_SENT, bpf_redirect(xsk_tx_ifindex, 0));
+		return count(INCXDP_XSK_TX_BAD, XDP_DROP);
+	return count(INCXDP_XSK_SENT, bpf_redirect(xsk_tx_ifindex, 0));
 }
 
 /* Loaded as xdp.frags in driver mode (xdp_frags.h): it then attaches on
- * links of any MTU. A frame with fragments steered to the socket, which
- * takes one buffer per frame (no XDP_USE_SG), is dropped and counted by the
- * kernel in the socket's rx_dropped; the switch sends none (its frames are
- * single buffers). */
+ * links of any MTU. The socket takes one buffer per frame (no XDP_USE_SG):
+ * a frame that arrives in pieces (a NIC's receive buffers smaller than the
+ * frame, parse.h) is pulled whole first; one still in fragments steered to
+ * the socket is dropped and counted by the kernel in the socket's
+ * rx_dropped (the switch sends none above one buffer). */
 SEC("xdp")
 int incxdp_xsk(struct xdp_md *ctx)
 {
+	__u64 len;
 	int v;
 
 	if (ctx->ingress_ifindex == LOOPBACK_IFINDEX)
 		return xsk_send(ctx);
+	len = bpf_xdp_get_buff_len(ctx);
+	if (frame_has_frags(ctx, len) && frame_pull_linear(ctx, len))
+		count(INCXDP_XSK_PULLED, 0);
 	v = chaos_xdp(ctx); /* `incxdp chaos --xdp` on what the link delivers */
 	if (v != CHAOS_XDP_CONTINUE)
 		return v;
-	capture_frame(ctx, bpf_xdp_get_buff_len(ctx)); /* what arrives from the link: `incxdp capture` */
+	capture_frame(ctx, len); /* what arrives from the link: `incxdp capture` */
 	return xsk_steer(ctx);
 }
 

@@ -25,6 +25,7 @@ constexpr const char *kNames[] = {
     "chaos", // taken by `incxdp chaos --xdp` (docs/CHAOS.md)
     "too_long", // in more than one XDP buffer: a frame above ~3.5 KB on a jumbo link
     "redirect_fail", "egress_tx", "egress_drop",
+    "pulled", // arrived in fragments (a driver's small receive buffers), made linear
 };
 static_assert(std::size(kNames) == INCXDP_STAT_MAX, "every counter in maps.h needs a name here");
 } // namespace

@@ -37,6 +37,28 @@ static __always_inline int frame_has_frags(const struct xdp_md *ctx, __u64 len)
 	return len != (__u64)(ctx->data_end - ctx->data);
 }
 
+/* Linux 6.18. Weak: where the kernel lacks it, libbpf resolves it to 0, the
+ * guarded call below is dead code and the verifier drops it (Linux >= 5.16),
+ * so the programs load on every kernel that has xdp.frags. */
+extern int bpf_xdp_pull_data(struct xdp_md *xdp, __u32 len) __ksym __weak;
+
+/*
+ * Moves the fragments of a frame of `len` bytes into its linear part, if
+ * the kernel can and the buffer has the room (headroom and tailroom). Not
+ * only jumbo frames arrive in pieces: drivers whose receive buffers are
+ * smaller than a page hand an xdp.frags program a 2 KB-payload frame in
+ * two or more (virtio_net's mergeable buffers, the 3 KB buffers of
+ * i40e/ice), where a plain program would get it linearised by the driver.
+ * On veth every frame of up to one buffer is linear already.
+ * Returns 1 if the frame was pulled whole. Invalidates packet pointers.
+ */
+static __always_inline int frame_pull_linear(struct xdp_md *ctx, __u64 len)
+{
+	if (!bpf_xdp_pull_data)
+		return 0;
+	return bpf_xdp_pull_data(ctx, (__u32)len) == 0;
+}
+
 /* Returns a pointer to `len` bytes at the cursor and advances past them. */
 #define CURSOR_TAKE(c, type)                                                  \
 	({                                                                    \

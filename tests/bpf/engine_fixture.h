@@ -98,13 +98,20 @@ class EngineTest : public ::testing::Test {
         ASSERT_EQ(bpf_map_update_elem(map_fd(skel_->maps.incxdp_workers), &k, &v, BPF_ANY), 0);
     }
 
-    RunResult run(const Bytes &frame)
+    // With `linear`, only the first `linear` bytes are in the buffer's
+    // linear part and the rest in fragments (a NIC's small receive buffers).
+    RunResult run(const Bytes &frame, size_t linear = 0)
     {
         RunResult r;
         r.out.resize(frame.size() + 256);
+        xdp_md ctx{};
+        ctx.data_end = static_cast<__u32>(linear ? linear : frame.size());
         LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(), .data_out = r.out.data(),
                     .data_size_in = static_cast<__u32>(frame.size()),
-                    .data_size_out = static_cast<__u32>(r.out.size()), .repeat = 1);
+                    .data_size_out = static_cast<__u32>(r.out.size()),
+                    .ctx_in = linear ? &ctx : nullptr,
+                    .ctx_size_in = static_cast<__u32>(linear ? sizeof(ctx) : 0),
+                    .repeat = 1);
         int err = bpf_prog_test_run_opts(prog_fd_, &opts);
         EXPECT_EQ(err, 0) << "bpf_prog_test_run_opts: " << strerror(errno);
         r.verdict = static_cast<int>(opts.retval);

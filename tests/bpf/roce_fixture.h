@@ -336,13 +336,16 @@ class RoceEngineTest : public ::testing::Test {
     uint64_t stat(incxdp_stat s) { return counters()[s]; }
 
     // Runs one frame as if it arrived on `ifindex`, and checks that exactly
-    // one ingress verdict counter grew, by one (docs/ROCE.md §3).
-    RunResult run(const Bytes &frame, uint32_t ifindex = kLo) {
+    // one ingress verdict counter grew, by one (docs/ROCE.md §3). With
+    // `linear` the buffer's linear part holds only the first `linear` bytes
+    // and the rest arrives in fragments, as from a NIC whose receive
+    // buffers are smaller than the frame.
+    RunResult run(const Bytes &frame, uint32_t ifindex = kLo, size_t linear = 0) {
         RunResult r;
         auto before = counters();
         r.out.resize(std::max<size_t>(4096, frame.size()));
-        xdp_md ctx{}; // data 0 .. data_end: the whole frame, no metadata
-        ctx.data_end = static_cast<__u32>(frame.size());
+        xdp_md ctx{}; // data 0 .. data_end: the linear part, no metadata
+        ctx.data_end = static_cast<__u32>(linear ? linear : frame.size());
         ctx.ingress_ifindex = ifindex;
         LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(), .data_out = r.out.data(),
                     .data_size_in = static_cast<__u32>(frame.size()),

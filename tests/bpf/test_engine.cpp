@@ -2,6 +2,7 @@
 // The aggregation engine on crafted frames: verdicts, output bytes, slot
 // state and counters (docs/WIRE.md §1 semantics, native header).
 #include "engine_fixture.h"
+#include "../common/kernel_btf.h"
 
 #include <linux/bpf.h>
 #include <numeric>
@@ -309,6 +310,36 @@ TEST_F(EngineTest, FramesInMoreThanOneBufferAreCountedTooLong)
     EXPECT_EQ(r.verdict, XDP_PASS);
     EXPECT_EQ(r.out, other);
     EXPECT_EQ(stat(INCXDP_STAT_PASS), 1u);
+}
+
+// A NIC with receive buffers smaller than the frame hands the engine a
+// full-size SwitchML or native packet in pieces; where the kernel has
+// bpf_xdp_pull_data it is pulled whole and aggregated as a linear one.
+TEST_F(EngineTest, FramesSplitBelowOneBufferArePulledWhole)
+{
+    if (!incxdp::test::kernel_has_func("bpf_xdp_pull_data"))
+        GTEST_SKIP() << "this kernel has no bpf_xdp_pull_data (Linux 6.18)";
+    install_job(2);
+    NativeFields f;
+    f.nworkers = 2;
+    f.nelems = INCXDP_MAX_ELEMS;
+    auto a = ramp(INCXDP_MAX_ELEMS, 3), b = ramp(INCXDP_MAX_ELEMS, -1, 5);
+    EXPECT_EQ(run(native(0, f, a), 20).verdict, XDP_DROP);
+    auto res = run(native(1, f, b), 300);
+    ASSERT_EQ(res.verdict, XDP_REDIRECT);
+    auto out = values_at(res.out, kNatData, INCXDP_MAX_ELEMS);
+    for (size_t i = 0; i < INCXDP_MAX_ELEMS; i++)
+        ASSERT_EQ(out[i], a[i] + b[i]) << i;
+
+    // Another slot: the native packets took the first.
+    auto ml0 = switchml(0, 2, ramp(256, 1), 0, 0, 3), ml1 = switchml(1, 2, ramp(256, 9), 0, 0, 3);
+    EXPECT_EQ(run(ml0, 60).verdict, XDP_DROP);
+    auto ml = run(ml1, 60);
+    ASSERT_EQ(ml.verdict, XDP_REDIRECT);
+    EXPECT_EQ(values_at(ml.out, kSmlData, 256), ramp(256, 10, 2));
+    EXPECT_EQ(stat(INCXDP_STAT_PULLED), 4u);
+    EXPECT_EQ(stat(INCXDP_STAT_COMPLETED), 2u);
+    EXPECT_EQ(stat(INCXDP_STAT_TOO_LONG), 0u);
 }
 
 TEST_F(EngineTest, NativeHeaderMustAgreeWithRegistration)

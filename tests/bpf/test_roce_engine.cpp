@@ -3,6 +3,7 @@
 // verdicts, output frames byte by byte (with a zlib ICRC), connection and
 // slot state, counters.
 #include "roce_fixture.h"
+#include "../common/kernel_btf.h"
 
 #include <algorithm>
 #include <climits>
@@ -558,6 +559,48 @@ TEST_F(RoceEngineTest, FramesInMoreThanOneBufferAreCountedTooLong) {
 
     // The largest payload that fits one buffer is taken as before.
     EXPECT_EQ(run(from_host(0, 0, op, ramp(ROCE_MAX_ELEMS, 1))).stat, INCXDP_STAT_ROCE_ABSORBED);
+}
+
+// A NIC whose receive buffers are smaller than a frame (virtio_net's
+// mergeable buffers, i40e/ice's 3 KB ones) hands the engine (xdp.frags in
+// driver mode) a path MTU 2048 SEND in pieces, even its headers. Where the
+// kernel has bpf_xdp_pull_data the engine makes it linear first and takes
+// it as it takes a linear one: the same aggregate, with its ICRC, counted
+// `pulled`. Without the kfunc the frame stays too_long, as before.
+TEST_F(RoceEngineTest, FramesSplitBelowOneBufferArePulledWhole) {
+    install(2, false);
+    const uint32_t op = allreduce(ROCE_OPR_SUM);
+    const bool can_pull = incxdp::test::kernel_has_func("bpf_xdp_pull_data");
+    uint32_t idx = 0;
+    // Linear parts: inside the Ethernet header, inside the BTH, inside the payload.
+    for (size_t linear : {size_t(8), size_t(48), size_t(1500)}) {
+        auto a = ramp(512, 7, 3), b = ramp(512, -100, 11);
+        auto first = run(from_host(0, idx, op, a), kLo, linear);
+        if (!can_pull) {
+            EXPECT_EQ(first.stat, INCXDP_STAT_TOO_LONG) << linear;
+            continue;
+        }
+        EXPECT_EQ(first.stat, INCXDP_STAT_ROCE_ABSORBED) << linear;
+        auto r = run(from_host(1, idx, op, b), kLo, linear);
+        ASSERT_EQ(r.verdict, XDP_REDIRECT) << linear;
+        EXPECT_EQ(r.stat, INCXDP_STAT_ROCE_UP) << linear;
+        expect_sent(r.out, switch_up_ep(), parent_ep(), switch_up_ep().port, data_len(512));
+        auto o = parse_out(r.out);
+        EXPECT_EQ(o.psn, kParentTxBase + idx);
+        ASSERT_EQ(o.vals.size(), 512u);
+        for (size_t i = 0; i < 512; i++)
+            ASSERT_EQ(o.vals[i], a[i] + b[i]) << "linear " << linear << ", elem " << i;
+        idx++;
+    }
+    if (!can_pull)
+        GTEST_SKIP() << "this kernel has no bpf_xdp_pull_data (Linux 6.18): split frames stay "
+                        "too_long, checked";
+    EXPECT_EQ(stat(INCXDP_STAT_PULLED), 6u);
+    EXPECT_EQ(stat(INCXDP_STAT_TOO_LONG), 0u);
+    // Frames too large for the buffer's room stay in fragments: too_long.
+    auto big = run(from_host(0, idx, op, ramp(4096 / 4, 1)));
+    EXPECT_EQ(big.stat, INCXDP_STAT_TOO_LONG);
+    EXPECT_EQ(stat(INCXDP_STAT_PULLED), 6u);
 }
 
 TEST_F(RoceEngineTest, PeerAckIsConsumedAndPeerNakGetsTheResult) {

@@ -238,6 +238,7 @@ enum incxdp_stat {
 	INCXDP_STAT_REDIRECT_FAIL = INCXDP_STAT_INGRESS_VERDICTS, /* completed, but the multicast redirect was refused */
 	INCXDP_STAT_EGRESS_TX,         /* multicast copy rewritten and sent */
 	INCXDP_STAT_EGRESS_DROP,       /* multicast copy for a port outside the group */
+	INCXDP_STAT_PULLED,            /* arrived in fragments within one buffer's room: made linear */
 	INCXDP_STAT_MAX,
 };
 

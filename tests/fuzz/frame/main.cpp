@@ -14,6 +14,7 @@
 #include "engine.h"
 #include "gen.h"
 #include "model.h"
+#include "../../common/kernel_btf.h"
 
 #include <incxdp/ctl.h>
 #include <incxdp/proto.h>
@@ -183,7 +184,7 @@ struct Tally {
 class Fuzzer {
   public:
     explicit Fuzzer(const Options &o)
-        : o_(o), engine_(o.percpu_stats), model_(), rng_(o.seed), traffic_(rng_, model_) {}
+        : o_(o), engine_(o.percpu_stats), model_(test::kernel_has_func("bpf_xdp_pull_data")), rng_(o.seed), traffic_(rng_, model_) {}
     int run();
 
   private:
@@ -278,6 +279,10 @@ bool Fuzzer::check(uint64_t i, Kind kind, const Bytes &f, const Prediction &p, c
     if (after[INCXDP_STAT_EGRESS_TX] != before[INCXDP_STAT_EGRESS_TX] ||
         after[INCXDP_STAT_EGRESS_DROP] != before[INCXDP_STAT_EGRESS_DROP])
         fail("one counter per frame", "an egress counter grew without an egress program run");
+    if (after[INCXDP_STAT_PULLED] - before[INCXDP_STAT_PULLED] != (p.pulled ? 1u : 0u))
+        fail("pulled", std::string("pulled grew by ") +
+                           std::to_string(after[INCXDP_STAT_PULLED] - before[INCXDP_STAT_PULLED]) +
+                           ", model expects " + (p.pulled ? "1" : "0"));
 
     // 3. The counter agrees with the verdict; a refused redirect is a counted drop.
     if (sum == 1) {
@@ -402,6 +407,7 @@ int Fuzzer::run() {
 
         t_.kinds[size_t(kind)]++;
         t_.stats[p.stat]++;
+        t_.stats[INCXDP_STAT_PULLED] += p.pulled;
         t_.verdicts[r.verdict >= 0 && r.verdict < 5 ? r.verdict : 0]++;
         t_.bytes += f.size();
         if (!refusing(p.stat) || p.stat == INCXDP_STAT_RETX_DROP || p.stat == INCXDP_STAT_STALE ||
@@ -446,6 +452,7 @@ void Fuzzer::report(double secs) const {
     for (int s = 0; s < INCXDP_STAT_INGRESS_VERDICTS; s++)
         std::printf("  %-15s %12" PRIu64 "  %5.1f%%\n", stat_name(s), t_.stats[s],
                     pct(t_.stats[s]));
+    std::printf("  (of them pulled whole from fragments: %" PRIu64 ")\n", t_.stats[INCXDP_STAT_PULLED]);
     std::printf("verdicts:\n");
     for (int v : {XDP_PASS, XDP_DROP, XDP_TX, XDP_REDIRECT})
         std::printf("  %-15s %12" PRIu64 "  %5.1f%%\n", verdict_name(v), t_.verdicts[v],

@@ -28,6 +28,9 @@ constexpr size_t kUdpSrc = kEth + 20, kUdpDst = kEth + 22, kUdpLen = kEth + 24,
 // One XDP buffer: a page less XDP headroom and skb_shared_info. Of a longer
 // test frame bpf_prog_test_run makes fragments (the engine is xdp.frags).
 constexpr size_t kXdpLinearMax = 4096 - 256 - 320;
+// What bpf_xdp_pull_data can make linear there: the data may also move down
+// into the headroom, all but the room of a struct xdp_frame (40 B).
+constexpr size_t kXdpPullMax = kXdpLinearMax + 256 - 40;
 
 void put16_at(Bytes &b, size_t off, uint16_t v) {
     b[off] = uint8_t(v >> 8);
@@ -102,7 +105,7 @@ int roce_refusal(const Bytes &f) {
 
 } // namespace
 
-Model::Model() : slots_(kSlotEntries) {
+Model::Model(bool can_pull) : can_pull_(can_pull), slots_(kSlotEntries) {
     std::memset(slots_.data(), 0, slots_.size() * sizeof(incxdp_slot));
     for (const auto &j : kJobs)
         jobs_[j.id] = job_entry(j);
@@ -199,10 +202,14 @@ ChaosHook chaos_hook(const Bytes &f, Bytes &seen) {
 }
 
 Prediction Model::apply(const Bytes &f) {
+    // Before anything reads it (the chaos hook too), a frame in fragments
+    // that fits the buffer's room is pulled whole; a longer one stays as it is.
+    const bool pulled = can_pull_ && f.size() > kXdpLinearMax && f.size() <= kXdpPullMax;
     Bytes seen;
     switch (chaos_hook(f, seen)) {
     case ChaosHook::Reflect: {
         Prediction r;
+        r.pulled = pulled;
         r.stat = INCXDP_STAT_CHAOS;
         r.verdict = XDP_TX;
         r.out = std::move(seen);
@@ -216,6 +223,7 @@ Prediction Model::apply(const Bytes &f) {
     }
     Prediction p;
     p.out = f;
+    p.pulled = pulled;
     auto verdict = [&](int stat, int v) {
         p.stat = stat;
         p.verdict = v;
@@ -237,7 +245,7 @@ Prediction Model::apply(const Bytes &f) {
         return verdict(INCXDP_STAT_PASS, XDP_PASS);
     // Ours by port, but the frame goes on in fragments (a jumbo link's):
     // the engine reads none of it.
-    if (n > kXdpLinearMax)
+    if (n > kXdpLinearMax && !pulled)
         return verdict(INCXDP_STAT_TOO_LONG, XDP_DROP);
     // UDP 4791 is classified last, as the engine does.
     if (!switchml && dport != kNativePort)

@@ -29,6 +29,7 @@ struct Prediction {
     int verdict = 0;          // XDP_*
     Bytes out;                // expected output (PASS: the input; TX/REDIRECT: the result)
     bool check_out = false;   // out is exact for this verdict
+    bool pulled = false;      // arrived in fragments that fit the buffer: made linear first
     // For TX/REDIRECT: where the result sits, for reports.
     uint32_t slot_index = 0;
     uint8_t set = 0;
@@ -46,7 +47,9 @@ struct Decoded {
 
 class Model {
   public:
-    Model();
+    // can_pull: the kernel has bpf_xdp_pull_data (the engine then pulls a
+    // frame in fragments whole when the buffer has the room).
+    explicit Model(bool can_pull);
 
     // Predicts the engine's handling of `frame` and applies it to the slots.
     Prediction apply(const Bytes &frame);
@@ -69,6 +72,7 @@ class Model {
 
     std::optional<Decoded> decode(const Bytes &f, bool switchml) const;
 
+    bool can_pull_;
     std::vector<incxdp_slot> slots_;
     std::map<SenderKey, Sender> senders_;
     std::map<uint32_t, incxdp_job> jobs_;

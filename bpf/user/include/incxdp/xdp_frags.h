@@ -2,8 +2,10 @@
 // Whether an XDP program is loaded as xdp.frags, decided at load time.
 //
 // A frags program attaches in driver mode on links of any MTU (on veth a
-// plain one is refused above 3506), and there the kernel keeps every frame
-// of up to one buffer (3520 B) linear: all the frames incxdp sends. In
+// plain one is refused above 3506), and there veth keeps every frame of up
+// to one buffer (3520 B) linear: all the frames incxdp sends. Drivers with
+// smaller receive buffers split even those; the programs pull them whole
+// (frame_pull_linear in bpf/lib/parse.h, Linux 6.18). In
 // generic (skb) mode it does not: a frags program is handed an skb's
 // fragments as they are (every UDP-GSO segment arrives in fragments), while
 // a plain one gets every frame linearised, at any MTU. The engine reads
