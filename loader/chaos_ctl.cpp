@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <cstdarg>
 #include <cstdlib>
 #include <cstring>
 #include <dirent.h>
@@ -40,23 +39,6 @@ using SkelPtr = std::unique_ptr<incxdp_chaos, SkelDeleter>;
 
 constexpr Hook kHooks[] = {Hook::Egress, Hook::Ingress};
 
-// Probing tc state makes the kernel explain every "not there" (no qdisc
-// yet, no filter, clsact already present) and libbpf prints that as a
-// warning. Those answers are expected here: they go out at debug level
-// (`-v`) while we probe and attach.
-class QuietTcProbes {
-  public:
-    QuietTcProbes() { previous_ = libbpf_set_print(&demote); }
-    ~QuietTcProbes() { libbpf_set_print(previous_); }
-    QuietTcProbes(const QuietTcProbes &) = delete;
-    QuietTcProbes &operator=(const QuietTcProbes &) = delete;
-
-  private:
-    static int demote(enum libbpf_print_level, const char *fmt, va_list args) {
-        return previous_ ? previous_(LIBBPF_DEBUG, fmt, args) : 0;
-    }
-    static inline libbpf_print_fn_t previous_ = nullptr;
-};
 
 const char *prog_name(Hook h) {
     return h == Hook::Egress ? "ixchaos_egress" : "ixchaos_ingress";
@@ -384,6 +366,7 @@ json to_json(const HookStatus &s) {
             {"dup_ppm", s.rates.dup_ppm},
             {"corrupt_ppm", s.rates.corrupt_ppm},
             {"reorder_ppm", s.rates.reorder_ppm},
+            {"detour", s.detour},
             {"counters",
              {{"seen", c.seen},
               {"dropped", c.dropped},
@@ -407,6 +390,7 @@ HookStatus hook_status_from_json(const json &j) {
     s.enabled = j.at("enabled").get<bool>();
     s.rates = {j.at("loss_ppm").get<uint32_t>(), j.at("dup_ppm").get<uint32_t>(),
                j.at("corrupt_ppm").get<uint32_t>(), j.at("reorder_ppm").get<uint32_t>()};
+    s.detour = j.value("detour", "");
     const json &c = j.at("counters");
     s.counters = {c.at("seen").get<uint64_t>(),      c.at("dropped").get<uint64_t>(),
                   c.at("passed").get<uint64_t>(),    c.at("duplicated").get<uint64_t>(),

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // incxdp chaos --xdp: the hook every incxdp XDP program carries
-// (bpf/lib/chaos_xdp.h). Nothing is attached or pinned: the rates go into
-// the maps of the program running on the interface, keyed by its ifindex.
+// (bpf/lib/chaos_xdp.h). Nothing is pinned: the rates go into the maps of
+// the program running on the interface, keyed by its ifindex. Where XDP
+// frames cannot go round the link (a native end whose peer is not, a
+// generic end), the tc program ixchaos_bounce is attached to the
+// interface's ingress for the detours (incxdp/chaos.h).
 #include "chaos_xdp.h"
 
 #include "pinned_maps.h"
@@ -9,13 +12,17 @@
 
 #include <incxdp/chaos.h>
 #include <incxdp/maps.h>
+#include <incxdp/netdev_xdp.h>
 #include <incxdp/xdp_prog_maps.h>
+
+#include "incxdp_chaos_bounce.skel.h"
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <linux/if_link.h>
 #include <memory>
 #include <net/if.h>
 
@@ -112,6 +119,98 @@ void ensure_dup_map(const Maps &m, const std::string &iface) {
         throw CtlError(errno_msg(fmt::format("{}: cannot write map " INCXDP_CHAOS_XDP_DUP, iface), errno));
 }
 
+const char *detour_name(uint32_t d) {
+    switch (d) {
+    case INCXDP_CHAOS_DETOUR_PEER:
+        return "peer";
+    case INCXDP_CHAOS_DETOUR_STACK_OUT:
+        return "stack-out";
+    case INCXDP_CHAOS_DETOUR_NONE:
+        return "none";
+    }
+    return "?";
+}
+
+struct Route {
+    uint32_t detour = INCXDP_CHAOS_DETOUR_PEER;
+    bool bounce = false; // ixchaos_bounce on the interface's ingress
+};
+
+// How a detour can go round from this interface (incxdp/chaos.h). On veth
+// the kernel's NDO_XMIT says whether the peer runs a native program; where
+// it cannot say (before 6.3) the peer is taken to be in our mode, as before.
+Route route_for(const Maps &m, const std::string &iface) {
+    LIBBPF_OPTS(bpf_xdp_query_opts, q);
+    if (int err = bpf_xdp_query(int(m.ifindex), 0, &q))
+        throw CtlError(errno_msg(fmt::format("{}: cannot query its XDP program", iface), err));
+    const bool generic = q.attach_mode == XDP_ATTACHED_SKB;
+    auto features = netdev::xdp_features(int(m.ifindex));
+    const bool peer_native = features ? (*features & netdev::kXdpActNdoXmit) != 0 : !generic;
+    Route r;
+    if (generic) {
+        // A native peer's STACK_OUT copies arrive past our XDP program.
+        r.bounce = true;
+        r.detour = peer_native ? INCXDP_CHAOS_DETOUR_NONE : INCXDP_CHAOS_DETOUR_PEER;
+    } else if (!peer_native) {
+        r.bounce = true;
+        r.detour = INCXDP_CHAOS_DETOUR_STACK_OUT;
+    }
+    return r;
+}
+
+bpf_tc_hook bounce_hook(uint32_t ifindex) {
+    bpf_tc_hook hook{};
+    hook.sz = sizeof(hook);
+    hook.ifindex = int(ifindex);
+    hook.attach_point = BPF_TC_INGRESS;
+    return hook;
+}
+
+bpf_tc_opts bounce_opts() {
+    bpf_tc_opts o{};
+    o.sz = sizeof(o);
+    o.handle = INCXDP_CHAOS_BOUNCE_TC_HANDLE;
+    o.priority = INCXDP_CHAOS_BOUNCE_TC_PRIORITY;
+    return o;
+}
+
+bool bounce_attached(uint32_t ifindex) {
+    bpf_tc_hook hook = bounce_hook(ifindex);
+    bpf_tc_opts opts = bounce_opts();
+    QuietTcProbes quiet;
+    return bpf_tc_query(&hook, &opts) == 0;
+}
+
+// ixchaos_bounce on the interface's tc ingress (a fresh instance replaces
+// ours if there is one; the filter keeps the program alive).
+void attach_bounce(uint32_t ifindex, const std::string &iface) {
+    std::unique_ptr<incxdp_chaos_bounce, decltype(&incxdp_chaos_bounce__destroy)> skel(
+        incxdp_chaos_bounce__open_and_load(), incxdp_chaos_bounce__destroy);
+    if (!skel)
+        throw CtlError(errno_msg("cannot load ixchaos_bounce for " + iface, errno));
+    bpf_tc_hook hook = bounce_hook(ifindex);
+    int err;
+    {
+        QuietTcProbes quiet;             // EEXIST: clsact is already there
+        err = bpf_tc_hook_create(&hook); // shared with others: never destroyed here
+    }
+    if (err && err != -EEXIST)
+        throw CtlError(errno_msg("cannot create the clsact qdisc on " + iface, err));
+    bpf_tc_opts opts = bounce_opts();
+    opts.prog_fd = bpf_program__fd(skel->progs.ixchaos_bounce);
+    opts.flags = BPF_TC_F_REPLACE;
+    if ((err = bpf_tc_attach(&hook, &opts)))
+        throw CtlError(errno_msg("cannot attach ixchaos_bounce to " + iface + " ingress", err));
+}
+
+void detach_bounce(uint32_t ifindex) {
+    if (!bounce_attached(ifindex))
+        return;
+    bpf_tc_hook hook = bounce_hook(ifindex);
+    bpf_tc_opts opts = bounce_opts();
+    bpf_tc_detach(&hook, &opts);
+}
+
 HookStatus status_of(const Maps &m, const std::string &iface) {
     HookStatus s;
     s.iface = iface;
@@ -123,6 +222,7 @@ HookStatus status_of(const Maps &m, const std::string &iface) {
         s.enabled = c.enabled != 0;
         s.rates = {c.loss_ppm, c.dup_ppm, c.corrupt_ppm, c.reorder_ppm};
         s.counters = read_counters(m);
+        s.detour = detour_name(c.detour);
     }
     return s;
 }
@@ -134,10 +234,17 @@ HookStatus set(const std::string &iface, const RateUpdate &u) {
     incxdp_chaos_config c{};
     read_config(m, c); // absent: all rates 0
     apply_update(u, c);
-    // Counters and the duplication devmap before the rates: the first
-    // frame that sees the rates finds both.
+    // Decided anew on every set: the modes on the link may have changed.
+    const Route route = route_for(m, iface);
+    c.detour = route.detour;
+    // Counters, the duplication devmap and the bounce before the rates:
+    // the first frame that sees the rates finds them.
     zero_counters(m, iface, BPF_NOEXIST);
     ensure_dup_map(m, iface);
+    if (route.bounce)
+        attach_bounce(m.ifindex, iface);
+    else
+        detach_bounce(m.ifindex);
     if (bpf_map_update_elem(m.cfg.get(), &m.ifindex, &c, BPF_ANY) != 0)
         throw CtlError(errno_msg(fmt::format("cannot set the rates of {} xdp", iface), errno));
     return status_of(m, iface);
@@ -153,6 +260,7 @@ void off(const std::string &iface) {
     }
     bpf_map_delete_elem(m.dup.get(), &m.ifindex);
     bpf_map_delete_elem(m.stats.get(), &m.ifindex);
+    detach_bounce(m.ifindex);
 }
 
 void reset_counters(const std::string &iface) {

@@ -48,6 +48,13 @@ chaos::RateUpdate update_from(const ChaosArgs &a) {
 }
 
 void print(const std::vector<chaos::HookStatus> &v, bool json, bool with_netns) {
+    for (const auto &s : v)
+        if (s.detour == "none" && (s.rates.dup_ppm || s.rates.reorder_ppm))
+            fmt::print(stderr,
+                       "warning: {}{}{}: not duplicating or delaying frames: its XDP program is "
+                       "generic and its peer's native, so no frame sent round the link would come "
+                       "back into it (docs/CHAOS.md)\n",
+                       s.netns, s.netns.empty() ? "" : " ", s.iface);
     if (json) {
         auto a = nlohmann::json::array();
         for (const auto &s : v)
@@ -66,14 +73,14 @@ void print(const std::vector<chaos::HookStatus> &v, bool json, bool with_netns) 
                    const std::string &state, const std::string &loss, const std::string &dup,
                    const std::string &corrupt, const std::string &reorder, const std::string &seen,
                    const std::string &dropped, const std::string &dupd, const std::string &corr,
-                   const std::string &reord) {
+                   const std::string &reord, const std::string &detour) {
         std::string ns = with_netns ? fmt::format("{:<{}}  ", netns, w) : "";
-        fmt::print("{}{:<15} {:<7} {:<8} {:>8} {:>8} {:>8} {:>8} {:>12} {:>10} {:>10} {:>10} {:>10}\n",
+        fmt::print("{}{:<15} {:<7} {:<8} {:>8} {:>8} {:>8} {:>8} {:>12} {:>10} {:>10} {:>10} {:>10}  {}\n",
                    ns, iface, hook, state, loss, dup, corrupt, reorder, seen, dropped, dupd, corr,
-                   reord);
+                   reord, detour);
     };
     row("NETNS", "IFACE", "HOOK", "STATE", "LOSS", "DUP", "CORRUPT", "REORDER", "SEEN", "DROPPED",
-        "DUPLICATED", "CORRUPTED", "REORDERED");
+        "DUPLICATED", "CORRUPTED", "REORDERED", "DETOUR");
     for (const auto &s : v) {
         const auto &c = s.counters;
         std::string state = !s.attached ? "stale" : s.enabled ? "on" : "paused";
@@ -81,7 +88,7 @@ void print(const std::vector<chaos::HookStatus> &v, bool json, bool with_netns) 
             chaos::format_rate(s.rates.dup_ppm), chaos::format_rate(s.rates.corrupt_ppm),
             chaos::format_rate(s.rates.reorder_ppm), std::to_string(c.seen),
             std::to_string(c.dropped), std::to_string(c.duplicated), std::to_string(c.corrupted),
-            std::to_string(c.reordered));
+            std::to_string(c.reordered), s.detour.empty() ? "-" : s.detour);
     }
 }
 

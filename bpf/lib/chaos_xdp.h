@@ -132,6 +132,30 @@ static __always_inline int chaos_corrupt(struct xdp_md *ctx)
 }
 
 /*
+ * Hands the REFLECT frame to the interface's stack for ixchaos_bounce to
+ * send `copies` of it out (incxdp/chaos.h, STACK_OUT). Returns the verdict,
+ * or CHAOS_XDP_CONTINUE where the driver keeps no metadata.
+ */
+static __always_inline int chaos_bounce_out(struct xdp_md *ctx, __u32 copies)
+{
+	struct incxdp_chaos_bounce_meta *b;
+	struct ethhdr *eth;
+	void *end;
+
+	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(*b)))
+		return CHAOS_XDP_CONTINUE;
+	b = (void *)(long)ctx->data_meta;
+	eth = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	if ((void *)(b + 1) > (void *)eth || (void *)(eth + 1) > end)
+		return CHAOS_XDP_CONTINUE;
+	b->magic = INCXDP_CHAOS_BOUNCE_MAGIC;
+	b->copies = copies;
+	eth->h_proto = bpf_htons(INCXDP_CHAOS_ETH_REFLECT);
+	return XDP_PASS;
+}
+
+/*
  * CHAOS_XDP_CONTINUE to process the frame as usual (possibly corrupted, or
  * back from its detour), else the verdict to return at once. Loss first, so
  * a lost frame is never also duplicated or corrupted; a corrupted frame is
@@ -145,6 +169,7 @@ static __always_inline int chaos_xdp(struct xdp_md *ctx)
 	struct ethhdr *eth = data;
 	__u32 key = ctx->ingress_ifindex;
 	void *dup;
+	int v;
 
 	if ((void *)(eth + 1) > end)
 		return CHAOS_XDP_CONTINUE;
@@ -186,6 +211,13 @@ static __always_inline int chaos_xdp(struct xdp_md *ctx)
 	if ((void *)(eth + 1) > end)
 		return CHAOS_XDP_CONTINUE;
 	if (chance(cfg.dup_ppm)) {
+		if (cfg.detour != INCXDP_CHAOS_DETOUR_PEER) {
+			/* Failed or impossible: passed once, as a refused clone is. */
+			v = cfg.detour == INCXDP_CHAOS_DETOUR_STACK_OUT ? chaos_bounce_out(ctx, 2)
+									: CHAOS_XDP_CONTINUE;
+			chaos_count(st, v == XDP_PASS ? INCXDP_CHAOS_DUPLICATED : INCXDP_CHAOS_DUP_FAILED);
+			return v;
+		}
 		dup = bpf_map_lookup_elem(&chaos_xdp_dup, &key);
 		if (dup) {
 			eth->h_proto = bpf_htons(INCXDP_CHAOS_ETH_REFLECT);
@@ -195,6 +227,13 @@ static __always_inline int chaos_xdp(struct xdp_md *ctx)
 		chaos_count(st, INCXDP_CHAOS_DUP_FAILED);
 	}
 	if (chance(cfg.reorder_ppm)) {
+		if (cfg.detour != INCXDP_CHAOS_DETOUR_PEER) {
+			v = cfg.detour == INCXDP_CHAOS_DETOUR_STACK_OUT ? chaos_bounce_out(ctx, 1)
+									: CHAOS_XDP_CONTINUE;
+			if (v == XDP_PASS)
+				chaos_count(st, INCXDP_CHAOS_REORDERED);
+			return v;
+		}
 		dup = bpf_map_lookup_elem(&chaos_xdp_dup, &key);
 		if (dup) {
 			/* Back out of the interface it came in on (entry 0): the

@@ -75,6 +75,8 @@ uint32_t seq_of(const Bytes &f) {
     return s;
 }
 
+constexpr uint32_t kAll = INCXDP_CHAOS_PPM;
+
 class ChaosXdp : public ::testing::Test {
   protected:
     static void SetUpTestSuite() {
@@ -127,6 +129,55 @@ class ChaosXdp : public ::testing::Test {
             for (const auto &s : chaos::status(dev))
                 if (s.hook == Hook::Xdp && s.attached)
                     chaos::off(dev, Hook::Xdp);
+        for (const char *dev : {"veX", "veY"})
+            set_mode(dev, XDP_FLAGS_DRV_MODE);
+    }
+
+    // incxdp_pass on `dev` in driver (native) or skb (generic) mode.
+    static void set_mode(const char *dev, uint32_t mode) {
+        const int ifx = int(if_nametoindex(dev));
+        LIBBPF_OPTS(bpf_xdp_query_opts, q);
+        ASSERT_EQ(bpf_xdp_query(ifx, 0, &q), 0);
+        const uint32_t now = q.attach_mode == XDP_ATTACHED_SKB ? XDP_FLAGS_SKB_MODE : XDP_FLAGS_DRV_MODE;
+        if (now == mode && q.attach_mode != XDP_ATTACHED_NONE)
+            return;
+        if (q.attach_mode != XDP_ATTACHED_NONE) {
+            ASSERT_EQ(bpf_xdp_detach(ifx, now, nullptr), 0) << dev;
+        }
+        ASSERT_EQ(bpf_xdp_attach(ifx, bpf_program__fd(skel_->progs.incxdp_pass), mode, nullptr), 0)
+            << dev;
+    }
+
+    // Duplication, then reordering, of every frame veX sends to veY: each
+    // copy arrives restored, duplicates twice and delayed ones once.
+    void expect_detours_deliver(const char *detour) {
+        chaos::set("veX", Hook::Xdp, rates(0, 0, 0, 0));
+        auto s = chaos::set("veY", Hook::Xdp, rates(0, kAll, 0, 0));
+        EXPECT_EQ(s.detour, detour);
+        send(25);
+        auto got = receive(50);
+        ASSERT_EQ(got.size(), 50u);
+        std::map<uint32_t, int> times;
+        for (const auto &f : got) {
+            times[seq_of(f)]++;
+            EXPECT_EQ(f, frame(seq_of(f))) << "a copy must be the frame, EtherType restored";
+        }
+        for (uint32_t i = 0; i < 25; i++)
+            EXPECT_EQ(times[i], 2) << "frame " << i;
+        EXPECT_EQ(chaos::hook_status("veY", Hook::Xdp).counters.duplicated, 25u);
+        EXPECT_EQ(chaos::hook_status("veY", Hook::Xdp).counters.seen, 25u)
+            << "copies coming back are not faulted again";
+
+        chaos::set("veY", Hook::Xdp, rates(0, 0, 0, kAll));
+        chaos::reset_counters("veY", Hook::Xdp);
+        send(25);
+        got = receive(25);
+        ASSERT_EQ(got.size(), 25u);
+        times.clear();
+        for (const auto &f : got)
+            times[seq_of(f)]++;
+        EXPECT_EQ(times.size(), 25u);
+        EXPECT_EQ(chaos::hook_status("veY", Hook::Xdp).counters.reordered, 25u);
     }
 
     // Sends frames 0..n-1 out of veX (AF_PACKET: they reach veY's XDP).
@@ -176,8 +227,6 @@ class ChaosXdp : public ::testing::Test {
     static inline std::string error_;
     static inline incxdp_pass *skel_ = nullptr;
 };
-
-constexpr uint32_t kAll = INCXDP_CHAOS_PPM;
 
 TEST_F(ChaosXdp, NoRatesPassesEveryFrameUntouched) {
     auto s = chaos::set("veY", Hook::Xdp, rates(0, 0, 0, 0));
@@ -237,7 +286,7 @@ TEST_F(ChaosXdp, FullDuplicationDeliversEveryFrameTwiceThroughThePeer) {
 
 TEST_F(ChaosXdp, FullReorderDeliversEveryFrameOnceAfterADetour) {
     chaos::set("veX", Hook::Xdp, rates(0, 0, 0, 0));
-    chaos::set("veY", Hook::Xdp, rates(0, 0, 0, kAll));
+    EXPECT_EQ(chaos::set("veY", Hook::Xdp, rates(0, 0, 0, kAll)).detour, "peer");
     send(25);
     auto got = receive(25);
     ASSERT_EQ(got.size(), 25u);
@@ -251,6 +300,47 @@ TEST_F(ChaosXdp, FullReorderDeliversEveryFrameOnceAfterADetour) {
     EXPECT_EQ(c.reordered, 25u);
     EXPECT_EQ(c.passed, 25u);
     EXPECT_EQ(chaos::hook_status("veX", Hook::Xdp).counters.reflected, 25u);
+}
+
+// veth sends a native program's XDP_TX and redirects only to a peer with a
+// native program: towards a generic one (a switch loaded with --mode skb)
+// every detour was lost. It goes out through this end's stack instead, and
+// the generic peer, which does not see a redirected skb in XDP, sends it
+// back from its tc ingress (ixchaos_bounce on both ends).
+TEST_F(ChaosXdp, DetoursFromANativeEndGoThroughItsStackToAGenericPeer) {
+    set_mode("veX", XDP_FLAGS_SKB_MODE);
+    expect_detours_deliver("stack-out");
+    EXPECT_EQ(chaos::hook_status("veX", Hook::Xdp).detour, "none");
+}
+
+// Both ends generic: the peer's XDP_TX arrives (an skb no BPF program
+// redirected), as between two native ends.
+TEST_F(ChaosXdp, DetoursBetweenGenericEndsGoThroughThePeer) {
+    set_mode("veX", XDP_FLAGS_SKB_MODE);
+    set_mode("veY", XDP_FLAGS_SKB_MODE);
+    expect_detours_deliver("peer");
+    EXPECT_EQ(chaos::hook_status("veX", Hook::Xdp).counters.reflected, 75u);
+}
+
+// A generic end whose peer is native: nothing sent round would come back
+// into its program, so it duplicates and delays nothing; it says so, counts
+// the refused duplicates, and every frame arrives once. Off removes the tc
+// program the generic end carries for its peer's copies.
+TEST_F(ChaosXdp, AGenericEndWithANativePeerNeitherDuplicatesNorDelays) {
+    set_mode("veY", XDP_FLAGS_SKB_MODE);
+    auto s = chaos::set("veY", Hook::Xdp, rates(0, kAll, 0, kAll));
+    EXPECT_EQ(s.detour, "none");
+    EXPECT_EQ(std::system("tc filter show dev veY ingress | grep -q ixchaos_bounce"), 0);
+    send(20);
+    auto got = receive(20);
+    ASSERT_EQ(got.size(), 20u);
+    for (uint32_t i = 0; i < 20; i++)
+        EXPECT_EQ(got[i], frame(i)) << "frame " << i;
+    auto c = chaos::hook_status("veY", Hook::Xdp).counters;
+    EXPECT_EQ(c.dup_failed, 20u);
+    EXPECT_EQ(c.duplicated + c.reordered, 0u);
+    chaos::off("veY", Hook::Xdp);
+    EXPECT_NE(std::system("tc filter show dev veY ingress | grep -q ixchaos_bounce"), 0);
 }
 
 TEST_F(ChaosXdp, FullCorruptionFlipsExactlyOnePayloadBit) {

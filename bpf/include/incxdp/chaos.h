@@ -45,6 +45,7 @@ struct incxdp_chaos_config {
 	__u32 dup_ppm;     /* tc: a clone sent right after; xdp: delivered twice */
 	__u32 corrupt_ppm; /* one random bit of the UDP payload flipped */
 	__u32 reorder_ppm; /* xdp only: delivered once, late (sent around the peer) */
+	__u32 detour;      /* xdp only: enum incxdp_chaos_detour, set by the control plane */
 };
 
 /* chaos_stats (per-CPU array): index = enum incxdp_chaos_stat.
@@ -61,7 +62,7 @@ enum incxdp_chaos_stat {
 	INCXDP_CHAOS_STAT_MAX,
 };
 
-INCXDP_STATIC_ASSERT(sizeof(struct incxdp_chaos_config) == 20, "chaos config layout");
+INCXDP_STATIC_ASSERT(sizeof(struct incxdp_chaos_config) == 24, "chaos config layout");
 
 /*
  * ---- The XDP hook (bpf/lib/chaos_xdp.h, docs/CHAOS.md "XDP hook") ----
@@ -93,6 +94,51 @@ INCXDP_STATIC_ASSERT(sizeof(struct incxdp_chaos_config) == 20, "chaos config lay
  */
 #define INCXDP_CHAOS_ETH_REFLECT 0x88B5
 #define INCXDP_CHAOS_ETH_RETURN 0x88B6
+
+/*
+ * The way round a duplicated or delayed frame takes depends on where XDP
+ * frames can go on the link. veth transmits a native program's XDP_TX and
+ * redirects only while the peer runs a native program too; a generic
+ * program's leave as skbs and always arrive, but the kernel skips generic
+ * XDP for an skb a BPF program redirected (skb_is_redirected).
+ *  PEER       the two ends in the same mode: out of the interface as
+ *             REFLECT, back by the peer's XDP_TX (above).
+ *  STACK_OUT  this end native, the peer generic: XDP_PASS with the REFLECT
+ *             frame and an incxdp_chaos_bounce_meta in its metadata; the tc
+ *             program ixchaos_bounce (bpf/incxdp_chaos_bounce.bpf.c) on
+ *             this interface's ingress sends `copies` clones out as skbs.
+ *             They reach the generic peer redirected, so past its XDP
+ *             program: its own ixchaos_bounce sends each back as RETURN,
+ *             which this native end's program takes.
+ *  NONE       this end generic, the peer native: nothing sent round would
+ *             come back into a generic program (the native peer's XDP_TX
+ *             is refused, a redirected skb skips generic XDP), so frames
+ *             are neither duplicated nor delayed here (`incxdp chaos`
+ *             warns); loss and corruption work as everywhere.
+ * `incxdp chaos --xdp` picks one per interface when it sets the rates
+ * (loader/chaos_xdp.cpp), from the attach mode of the program on it and
+ * whether the kernel says the interface transmits XDP frames (netdev
+ * NDO_XMIT: on veth, whether the peer's program is native). A generic end
+ * also gets ixchaos_bounce, for a native peer's STACK_OUT copies.
+ */
+enum incxdp_chaos_detour {
+	INCXDP_CHAOS_DETOUR_PEER = 0,
+	INCXDP_CHAOS_DETOUR_STACK_OUT = 1,
+	INCXDP_CHAOS_DETOUR_NONE = 2,
+};
+
+/* XDP metadata of a frame handed to ixchaos_bounce. */
+#define INCXDP_CHAOS_BOUNCE_MAGIC 0xc4a0b0ceu
+struct incxdp_chaos_bounce_meta {
+	__u32 magic;  /* INCXDP_CHAOS_BOUNCE_MAGIC */
+	__u32 copies; /* 1 (delayed) or 2 (duplicated) */
+};
+
+/* tc filter identity of ixchaos_bounce on an interface's ingress: before
+ * the injector's (a lower priority number runs first), so a bounced frame
+ * is not faulted twice. */
+#define INCXDP_CHAOS_BOUNCE_TC_HANDLE 0x1c4b
+#define INCXDP_CHAOS_BOUNCE_TC_PRIORITY 0xc49f
 
 struct incxdp_chaos_xdp_stats {
 	__u64 n[INCXDP_CHAOS_STAT_MAX]; /* enum incxdp_chaos_stat */

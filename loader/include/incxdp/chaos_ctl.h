@@ -68,6 +68,9 @@ struct HookStatus {
     bool enabled = false;
     Rates rates;
     Counters counters;
+    // xdp: how a duplicated or delayed frame goes round (incxdp/chaos.h):
+    // "peer", "stack-out" or "stack-in"; "" for the tc hooks.
+    std::string detour;
 };
 
 // The form `incxdp chaos -j` prints: rates as ppm and as text, counters.
