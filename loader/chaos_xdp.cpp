@@ -25,6 +25,7 @@
 #include <linux/if_link.h>
 #include <memory>
 #include <net/if.h>
+#include <string_view>
 
 namespace incxdp::ctl::chaos::xdp {
 
@@ -174,11 +175,19 @@ bpf_tc_opts bounce_opts() {
     return o;
 }
 
+// Whether the filter at our handle and priority runs ixchaos_bounce: one
+// that someone else put there is left alone.
 bool bounce_attached(uint32_t ifindex) {
     bpf_tc_hook hook = bounce_hook(ifindex);
     bpf_tc_opts opts = bounce_opts();
     QuietTcProbes quiet;
-    return bpf_tc_query(&hook, &opts) == 0;
+    if (bpf_tc_query(&hook, &opts) != 0)
+        return false;
+    Fd prog(bpf_prog_get_fd_by_id(opts.prog_id));
+    bpf_prog_info info{};
+    __u32 len = sizeof(info);
+    return prog && bpf_obj_get_info_by_fd(prog.get(), &info, &len) == 0 &&
+           std::string_view(info.name) == "ixchaos_bounce";
 }
 
 // ixchaos_bounce on the interface's tc ingress (a fresh instance replaces
