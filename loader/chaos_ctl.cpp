@@ -7,6 +7,7 @@
 #include "chaos_xdp.h"
 #include "pinned_maps.h"
 #include "port_util.h"
+#include "tc_filter.h"
 
 #include "incxdp_chaos.skel.h"
 
@@ -107,38 +108,15 @@ uint32_t map_id(int fd) {
     return info.id;
 }
 
-bpf_tc_hook tc_hook(uint32_t ifindex, Hook h) {
-    bpf_tc_hook hook{};
-    hook.sz = sizeof(hook);
-    hook.ifindex = static_cast<int>(ifindex);
-    hook.attach_point = h == Hook::Egress ? BPF_TC_EGRESS : BPF_TC_INGRESS;
-    return hook;
-}
-
-bpf_tc_opts tc_opts() {
-    bpf_tc_opts o{};
-    o.sz = sizeof(o);
-    o.handle = INCXDP_CHAOS_TC_HANDLE;
-    o.priority = INCXDP_CHAOS_TC_PRIORITY;
-    return o;
+TcFilter filter_of(uint32_t ifindex, Hook h) {
+    return {ifindex, h == Hook::Egress ? BPF_TC_EGRESS : BPF_TC_INGRESS, INCXDP_CHAOS_TC_HANDLE,
+            INCXDP_CHAOS_TC_PRIORITY, prog_name(h)};
 }
 
 // Our filter on the hook: its program id, if the filter at our handle and
 // priority runs one of our programs; 0 otherwise.
 uint32_t our_filter(uint32_t ifindex, Hook h) {
-    bpf_tc_hook hook = tc_hook(ifindex, h);
-    bpf_tc_opts opts = tc_opts();
-    QuietTcProbes quiet;
-    if (bpf_tc_query(&hook, &opts) != 0)
-        return 0;
-    Fd prog(bpf_prog_get_fd_by_id(opts.prog_id));
-    if (!prog)
-        return 0;
-    bpf_prog_info info{};
-    __u32 len = sizeof(info);
-    if (bpf_obj_get_info_by_fd(prog.get(), &info, &len) != 0)
-        return 0;
-    return std::strcmp(info.name, prog_name(h)) == 0 ? opts.prog_id : 0;
+    return tc_filter_prog(filter_of(ifindex, h));
 }
 
 // Does program `prog_id` use the map `id`? Tells our live filter from one
@@ -219,19 +197,7 @@ void attach(uint32_t ifindex, const std::string &iface, Hook h, const std::strin
         throw CtlError(errno_msg("cannot load the chaos program for " + what, err));
     write_config(bpf_map__fd(skel->maps.chaos_config), cfg, what);
 
-    bpf_tc_hook hook = tc_hook(ifindex, h);
-    int err;
-    {
-        QuietTcProbes quiet;             // EEXIST: clsact is already there
-        err = bpf_tc_hook_create(&hook); // shared with others, so left in place by off()
-    }
-    if (err && err != -EEXIST)
-        throw CtlError(errno_msg("cannot create the clsact qdisc on " + iface, err));
-    bpf_tc_opts opts = tc_opts();
-    opts.prog_fd = bpf_program__fd(prog);
-    opts.flags = BPF_TC_F_REPLACE;
-    if ((err = bpf_tc_attach(&hook, &opts)))
-        throw CtlError(errno_msg("cannot attach the chaos program to " + what, err));
+    tc_filter_attach(filter_of(ifindex, h), bpf_program__fd(prog), iface, "the chaos program to " + what);
     guard.armed = false;
 }
 
@@ -457,13 +423,9 @@ void off(const std::string &iface, Hook h, const std::string &root) {
         c.enabled = 0;
         write_config(config.get(), c, what);
     }
-    if (prog) {
-        bpf_tc_hook hook = tc_hook(ifindex, h);
-        bpf_tc_opts opts = tc_opts();
-        int err = bpf_tc_detach(&hook, &opts);
-        if (err && err != -ENOENT)
+    if (prog)
+        if (int err = tc_filter_detach(filter_of(ifindex, h)))
             throw CtlError(errno_msg("cannot detach the chaos program from " + what, err));
-    }
     remove_pins(hdir);
 }
 

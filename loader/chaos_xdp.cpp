@@ -9,6 +9,7 @@
 
 #include "pinned_maps.h"
 #include "port_util.h"
+#include "tc_filter.h"
 
 #include <incxdp/chaos.h>
 #include <incxdp/maps.h>
@@ -25,7 +26,6 @@
 #include <linux/if_link.h>
 #include <memory>
 #include <net/if.h>
-#include <string_view>
 
 namespace incxdp::ctl::chaos::xdp {
 
@@ -159,35 +159,9 @@ Route route_for(const Maps &m, const std::string &iface) {
     return r;
 }
 
-bpf_tc_hook bounce_hook(uint32_t ifindex) {
-    bpf_tc_hook hook{};
-    hook.sz = sizeof(hook);
-    hook.ifindex = int(ifindex);
-    hook.attach_point = BPF_TC_INGRESS;
-    return hook;
-}
-
-bpf_tc_opts bounce_opts() {
-    bpf_tc_opts o{};
-    o.sz = sizeof(o);
-    o.handle = INCXDP_CHAOS_BOUNCE_TC_HANDLE;
-    o.priority = INCXDP_CHAOS_BOUNCE_TC_PRIORITY;
-    return o;
-}
-
-// Whether the filter at our handle and priority runs ixchaos_bounce: one
-// that someone else put there is left alone.
-bool bounce_attached(uint32_t ifindex) {
-    bpf_tc_hook hook = bounce_hook(ifindex);
-    bpf_tc_opts opts = bounce_opts();
-    QuietTcProbes quiet;
-    if (bpf_tc_query(&hook, &opts) != 0)
-        return false;
-    Fd prog(bpf_prog_get_fd_by_id(opts.prog_id));
-    bpf_prog_info info{};
-    __u32 len = sizeof(info);
-    return prog && bpf_obj_get_info_by_fd(prog.get(), &info, &len) == 0 &&
-           std::string_view(info.name) == "ixchaos_bounce";
+TcFilter bounce_filter(uint32_t ifindex) {
+    return {ifindex, BPF_TC_INGRESS, INCXDP_CHAOS_BOUNCE_TC_HANDLE, INCXDP_CHAOS_BOUNCE_TC_PRIORITY,
+            "ixchaos_bounce"};
 }
 
 // ixchaos_bounce on the interface's tc ingress (a fresh instance replaces
@@ -197,27 +171,15 @@ void attach_bounce(uint32_t ifindex, const std::string &iface) {
         incxdp_chaos_bounce__open_and_load(), incxdp_chaos_bounce__destroy);
     if (!skel)
         throw CtlError(errno_msg("cannot load ixchaos_bounce for " + iface, errno));
-    bpf_tc_hook hook = bounce_hook(ifindex);
-    int err;
-    {
-        QuietTcProbes quiet;             // EEXIST: clsact is already there
-        err = bpf_tc_hook_create(&hook); // shared with others: never destroyed here
-    }
-    if (err && err != -EEXIST)
-        throw CtlError(errno_msg("cannot create the clsact qdisc on " + iface, err));
-    bpf_tc_opts opts = bounce_opts();
-    opts.prog_fd = bpf_program__fd(skel->progs.ixchaos_bounce);
-    opts.flags = BPF_TC_F_REPLACE;
-    if ((err = bpf_tc_attach(&hook, &opts)))
-        throw CtlError(errno_msg("cannot attach ixchaos_bounce to " + iface + " ingress", err));
+    tc_filter_attach(bounce_filter(ifindex), bpf_program__fd(skel->progs.ixchaos_bounce), iface,
+                     "ixchaos_bounce to " + iface + " ingress");
 }
 
+// Only where the filter at our place runs ixchaos_bounce: one that someone
+// else put there is left alone.
 void detach_bounce(uint32_t ifindex) {
-    if (!bounce_attached(ifindex))
-        return;
-    bpf_tc_hook hook = bounce_hook(ifindex);
-    bpf_tc_opts opts = bounce_opts();
-    bpf_tc_detach(&hook, &opts);
+    if (tc_filter_prog(bounce_filter(ifindex)))
+        tc_filter_detach(bounce_filter(ifindex));
 }
 
 HookStatus status_of(const Maps &m, const std::string &iface) {

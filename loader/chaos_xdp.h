@@ -6,31 +6,8 @@
 
 #include <incxdp/chaos_ctl.h>
 
-#include <bpf/libbpf.h>
-
-#include <cstdarg>
 #include <string>
 #include <vector>
-
-namespace incxdp::ctl::chaos {
-// Probing tc state makes the kernel explain every "not there" (no qdisc
-// yet, no filter, clsact already present) and libbpf prints that as a
-// warning. Those answers are expected here: they go out at debug level
-// (`-v`) while we probe and attach.
-class QuietTcProbes {
-  public:
-    QuietTcProbes() { previous_ = libbpf_set_print(&demote); }
-    ~QuietTcProbes() { libbpf_set_print(previous_); }
-    QuietTcProbes(const QuietTcProbes &) = delete;
-    QuietTcProbes &operator=(const QuietTcProbes &) = delete;
-
-  private:
-    static int demote(enum libbpf_print_level, const char *fmt, va_list args) {
-        return previous_ ? previous_(LIBBPF_DEBUG, fmt, args) : 0;
-    }
-    static inline libbpf_print_fn_t previous_ = nullptr;
-};
-} // namespace incxdp::ctl::chaos
 
 namespace incxdp::ctl::chaos {
 // Counters from per-CPU sums indexed by enum incxdp_chaos_stat (both hooks).

@@ -2,6 +2,7 @@
 // load / unload / status: the switch object's lifecycle on interfaces.
 #include "pinned_maps.h"
 #include "port_util.h"
+#include "tc_filter.h"
 
 #include "incxdp_switch.skel.h"
 #include <incxdp/netdev_xdp.h>
@@ -97,24 +98,6 @@ std::string mode_name(const xdp_multiprog *mp)
     return xdp_multiprog__is_legacy(mp) ? m : "dispatcher/" + m;
 }
 
-// libxdp first probes for its multi-program dispatcher; where the kernel
-// refuses it (freplace not permitted) it falls back to attaching the program
-// alone. The probe's libbpf warnings are expected then: while attaching they
-// go out at debug level, which -v shows.
-class DemoteLibbpfWarnings {
-  public:
-    DemoteLibbpfWarnings() { previous_ = libbpf_set_print(&demote); }
-    ~DemoteLibbpfWarnings() { libbpf_set_print(previous_); }
-    DemoteLibbpfWarnings(const DemoteLibbpfWarnings &) = delete;
-    DemoteLibbpfWarnings &operator=(const DemoteLibbpfWarnings &) = delete;
-
-  private:
-    static int demote(enum libbpf_print_level, const char *fmt, va_list args)
-    {
-        return previous_ ? previous_(LIBBPF_DEBUG, fmt, args) : 0;
-    }
-    static inline libbpf_print_fn_t previous_ = nullptr;
-};
 
 void detach_ours(uint32_t ifindex)
 {
@@ -215,6 +198,9 @@ void load(const LoadOptions &opts)
     if (int err = set_xdp_frags({skel->progs.incxdp_egress_rewrite}, frags))
         throw CtlError(errno_msg(fmt::format("cannot set xdp.frags={} on incxdp_egress_rewrite", frags), err));
     for (size_t i = 0; i < ifindexes.size(); i++) {
+        // libxdp first probes for its multi-program dispatcher; where the
+        // kernel refuses it (freplace not permitted) it falls back to
+        // attaching the program alone, and the probe's warnings are expected.
         DemoteLibbpfWarnings quiet;
         int err = xdp_program__attach(prog.get(), static_cast<int>(ifindexes[i]), mode, 0);
         if (err) {

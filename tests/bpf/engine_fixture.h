@@ -5,6 +5,7 @@
 #pragma once
 
 #include "../common/frames.h"
+#include "../common/percpu.h"
 #include "incxdp_switch.skel.h"
 
 #include <incxdp/xdp_frags.h>
@@ -127,17 +128,7 @@ class EngineTest : public ::testing::Test {
         return *s;
     }
 
-    uint64_t stat(incxdp_stat s)
-    {
-        int ncpu = libbpf_num_possible_cpus();
-        std::vector<uint64_t> v(static_cast<size_t>(ncpu));
-        uint32_t k = s;
-        EXPECT_EQ(bpf_map_lookup_elem(map_fd(skel_->maps.incxdp_stats), &k, v.data()), 0);
-        uint64_t sum = 0;
-        for (auto x : v)
-            sum += x;
-        return sum;
-    }
+    uint64_t stat(incxdp_stat s) { return percpu_sum(map_fd(skel_->maps.incxdp_stats), s); }
 
     // Contributions of every rank for one SwitchML slot/set; returns the
     // run result of each.

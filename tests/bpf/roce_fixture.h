@@ -7,6 +7,7 @@
 #pragma once
 
 #include "../common/frames.h"
+#include "../common/percpu.h"
 #include "incxdp_switch.skel.h"
 
 #include <incxdp/xdp_frags.h>
@@ -323,13 +324,9 @@ class RoceEngineTest : public ::testing::Test {
     }
 
     std::vector<uint64_t> counters() {
-        int ncpu = libbpf_num_possible_cpus();
-        std::vector<uint64_t> out(INCXDP_STAT_MAX), v(static_cast<size_t>(ncpu));
-        for (uint32_t k = 0; k < INCXDP_STAT_MAX; k++) {
-            EXPECT_EQ(bpf_map_lookup_elem(fd(skel_->maps.incxdp_stats), &k, v.data()), 0);
-            for (auto x : v)
-                out[k] += x;
-        }
+        std::vector<uint64_t> out(INCXDP_STAT_MAX);
+        for (uint32_t k = 0; k < INCXDP_STAT_MAX; k++)
+            out[k] = percpu_sum(fd(skel_->maps.incxdp_stats), k);
         return out;
     }
 

@@ -7,6 +7,7 @@
 // duplicate is a real clone sent through the test device (loopback), and
 // it must not reach the machine's stack.
 #include "../common/frames.h"
+#include "../common/percpu.h"
 #include "incxdp_chaos.skel.h"
 
 #include <incxdp/chaos.h>
@@ -113,16 +114,7 @@ class ChaosProg : public ::testing::Test {
         return r;
     }
 
-    uint64_t stat(incxdp_chaos_stat s) {
-        int ncpu = libbpf_num_possible_cpus();
-        std::vector<uint64_t> v(static_cast<size_t>(ncpu));
-        uint32_t k = s;
-        EXPECT_EQ(bpf_map_lookup_elem(bpf_map__fd(skel_->maps.chaos_stats), &k, v.data()), 0);
-        uint64_t sum = 0;
-        for (auto x : v)
-            sum += x;
-        return sum;
-    }
+    uint64_t stat(incxdp_chaos_stat s) { return percpu_sum(bpf_map__fd(skel_->maps.chaos_stats), s); }
 
     void expect_consistent() {
         EXPECT_EQ(stat(INCXDP_CHAOS_SEEN), stat(INCXDP_CHAOS_DROPPED) + stat(INCXDP_CHAOS_PASSED));

@@ -174,6 +174,10 @@ TEST_F(Tree124, AllReduceBitExactUnderLossDuplicationAndReorderingOnEveryLink)
         const bool on_switch = std::any_of(switches_.begin(), switches_.end(),
                                            [&](const std::string &sw) { return netns == prefix_ + sw; });
         const std::string detour = h.at("detour").get<std::string>();
+        // The CLI says which ends do not duplicate or delay, and only those.
+        EXPECT_EQ(r.err.find("warning: " + where + ": not duplicating") != std::string::npos,
+                  detour == "none")
+            << where << ":\n" << r.err;
         if (detour == "none") {
             EXPECT_TRUE(skb && on_switch) << where;
             EXPECT_GT(c.at("dup_failed").get<uint64_t>(), 0u) << where;

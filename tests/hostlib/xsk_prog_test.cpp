@@ -12,6 +12,7 @@
 
 #include "../common/frames.h"
 #include "../common/kernel_btf.h"
+#include "../common/percpu.h"
 #include "../common/private_netns.h"
 
 #include <arpa/inet.h>
@@ -76,16 +77,7 @@ class XskProgram : public ::testing::Test {
         return int(o.retval);
     }
 
-    uint64_t stat(incxdp_xsk_stat s) {
-        int ncpu = libbpf_num_possible_cpus();
-        std::vector<uint64_t> v(static_cast<size_t>(ncpu > 0 ? ncpu : 1));
-        uint32_t k = s;
-        EXPECT_EQ(bpf_map_lookup_elem(bpf_map__fd(skel_->maps.incxdp_xsk_stats), &k, v.data()), 0);
-        uint64_t sum = 0;
-        for (uint64_t x : v)
-            sum += x;
-        return sum;
-    }
+    uint64_t stat(incxdp_xsk_stat s) { return percpu_sum(bpf_map__fd(skel_->maps.incxdp_xsk_stats), s); }
 
     static inline std::string error_;
     uint32_t ifindex_ = 0;
