@@ -24,6 +24,7 @@ constexpr const char *kNames[] = {
     "roce_peer_resend", "roce_late_ack",
     "chaos", // taken by `incxdp chaos --xdp` (docs/CHAOS.md)
     "too_long", // in more than one XDP buffer: a frame above ~3.5 KB on a jumbo link
+    "roce_bad_csum", // a nonzero UDP checksum that does not add up (instead of the ICRC check)
     "redirect_fail", "egress_tx", "egress_drop",
     "pulled", // arrived in fragments (a driver's small receive buffers), made linear
 };

@@ -19,6 +19,7 @@
 #include "maps.bpf.h"
 #include "agg.h"
 #include "icrc.h"
+#include "udp_csum.h"
 #include "roce_tx.h"
 #include "roce_set.h"
 #include "incxdp/roce.h"
@@ -467,8 +468,13 @@ static __always_inline int roce_ingress(struct xdp_md *ctx, struct cursor *c,
 
 	if (roce_parse(c, ip, udp, &r) < 0)
 		return roce_drop(INCXDP_STAT_ROCE_MALFORMED);
-	if (!icrc_ok(ctx))
+	/* A nonzero UDP checksum stands in for the ICRC (udp_csum.h). */
+	if (udp->check) {
+		if (!udp_csum_ok(ctx))
+			return roce_drop(INCXDP_STAT_ROCE_BAD_CSUM);
+	} else if (!icrc_ok(ctx)) {
 		return roce_drop(INCXDP_STAT_ROCE_BAD_ICRC);
+	}
 	conn = roce_conn_of(ctx, eth, ip, r.qpn);
 	if (!conn || (conn->role != INCXDP_ROCE_CHILD && conn->role != INCXDP_ROCE_PARENT))
 		return roce_drop(INCXDP_STAT_ROCE_UNKNOWN_QP);

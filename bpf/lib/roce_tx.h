@@ -5,7 +5,8 @@
  * bpf_xdp_adjust_tail (which invalidates every packet pointer, so the writers
  * below re-derive theirs from ctx), then the headers, the payload and the
  * ICRC are written. What every frame gets: IPv4 without options, ID 0
- * (the multicast template: the job), DF, TTL 64, UDP checksum 0, P_Key
+ * (the multicast template: the job), DF, TTL 64, a UDP checksum (0 on the
+ * multicast template, whose copies get theirs in the egress program), P_Key
  * 0xFFFF, no AckReq, SEND_ONLY_IMM or ACK.
  */
 #ifndef INCXDP_ROCE_TX_H
@@ -14,6 +15,7 @@
 #include "parse.h"
 #include "agg.h"
 #include "icrc.h"
+#include "udp_csum.h"
 #include "maps.bpf.h"
 #include "incxdp/roce.h"
 
@@ -93,7 +95,7 @@ static __always_inline int roce_write_hdrs(void *data, void *end,
 	ipv4_csum_update(ip);
 	udp->dest = bpf_htons(INCXDP_ROCE_UDP_PORT);
 	udp->len = bpf_htons(len - sizeof(*eth) - sizeof(*ip));
-	udp->check = 0; /* optional for IPv4; RoCEv2 sends 0 */
+	udp->check = 0; /* the template's; every addressed frame gets one (udp_csum.h) */
 	bth->opcode = o->opcode;
 	bth->flags = ROCE_BTH_TVER;
 	bth->pkey = bpf_htons(ROCE_PKEY_DEFAULT);
@@ -167,9 +169,10 @@ __attribute__((noinline)) int incxdp_roce_emit(struct xdp_md *ctx, const struct 
 		return tail_ready ? 0 : icrc_tail_store(ctx);
 	/* In place with a payload: a multicast copy, whose tail is the
 	 * template's (a Reduce-cut copy has a tail of its own, just the ImmDt). */
-	if (out.in_place && out.nelems)
-		return incxdp_roce_icrc_from_tail(ctx);
-	return icrc_store(ctx);
+	if ((out.in_place && out.nelems ? incxdp_roce_icrc_from_tail(ctx) : icrc_store(ctx)) < 0)
+		return -1;
+	/* After the ICRC, which the UDP checksum covers (udp_csum.h). */
+	return udp_csum_store(ctx);
 }
 
 /* Whether `rank` sits behind the connection (its subtree's ranks). */

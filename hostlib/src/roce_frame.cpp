@@ -69,7 +69,7 @@ void write_headers(std::byte *p, const RoceEndpoint &e, uint8_t opcode) {
     put16(udp, e.src_port);
     put16(udp + 2, INCXDP_ROCE_UDP_PORT);
     put16(udp + 4, 0);
-    put16(udp + 6, 0); // no UDP checksum (RoCEv2 allows it; the ICRC covers the data)
+    put16(udp + 6, 0); // RoceSendTemplate fills it in last (docs/ROCE.md §3)
     std::byte *bth = p + kRoceBthOff;
     bth[0] = std::byte(opcode);
     bth[1] = std::byte(ROCE_BTH_TVER);
@@ -193,6 +193,60 @@ uint32_t icrc_of(const std::byte *p, size_t len) {
     return crc32_ieee(crc, std::span(p + kRoceHdrLen + lead, rest - lead));
 }
 
+// One's complement sum of [p, p + n) in memory order (RFC 1071: byte order
+// does not matter until the result is stored), unfolded.
+uint64_t sum_mem(const std::byte *p, size_t n) {
+    uint64_t a = 0, b = 0;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint32_t x, y;
+        std::memcpy(&x, p + i, 4);
+        std::memcpy(&y, p + i + 4, 4);
+        a += x;
+        b += y;
+    }
+    for (; i + 2 <= n; i += 2) {
+        uint16_t x;
+        std::memcpy(&x, p + i, 2);
+        a += x;
+    }
+    if (i < n) {
+        uint16_t x = 0;
+        std::memcpy(&x, p + i, 1);
+        a += x;
+    }
+    return a + b;
+}
+
+uint16_t fold64(uint64_t s) {
+    s = (s & 0xffffffffu) + (s >> 32);
+    s = (s & 0xffffffffu) + (s >> 32);
+    return fold(uint32_t(s));
+}
+
+// The folded sum over the UDP pseudo header and the datagram of a frame
+// whose lengths are written (checksum field included): 0xffff if a nonzero
+// checksum is right.
+uint16_t udp_sum_of(const std::byte *p) {
+    const std::byte *udp = p + kUdpOff;
+    uint16_t ulen = get16(udp + 4);
+    uint16_t proto_len[2] = {0, 0};
+    std::byte *pl = reinterpret_cast<std::byte *>(proto_len);
+    pl[1] = std::byte(kProtoUdp);
+    put16(pl + 2, ulen);
+    return fold64(sum_mem(p + kIpOff + 12, 8) + sum_mem(pl, 4) + sum_mem(udp, ulen));
+}
+
+// The UDP checksum, written last: it covers the ICRC (docs/ROCE.md §3).
+void put_udp_csum(std::byte *p) {
+    std::byte *check = p + kUdpOff + 6;
+    check[0] = check[1] = std::byte(0);
+    uint16_t c = uint16_t(~udp_sum_of(p));
+    if (c == 0)
+        c = 0xffff; // 0 would mean "no checksum"
+    std::memcpy(check, &c, 2);
+}
+
 // The frame cut to its IPv4 total length, or an empty span if that does not fit.
 std::span<const std::byte> ip_trimmed(std::span<const std::byte> f) {
     if (f.size() < kMinRoceFrame)
@@ -249,7 +303,14 @@ size_t RoceSendTemplate::finish(std::byte *frame, size_t payload_len, uint32_t p
     put32(frame + kRoceBthOff + 8, (ackreq ? ROCE_BTH_ACKREQ : 0u) | (psn & ROCE_PSN_MASK));
     put32(frame + kRoceHdrLen, imm);
     put_icrc(frame + len, icrc_of(frame, len));
+    put_udp_csum(frame);
     return len;
+}
+
+bool roce_udp_csum_ok(std::span<const std::byte> frame) {
+    auto f = ip_trimmed(frame);
+    return !f.empty() && get16(f.data() + kUdpOff + 6) != 0 &&
+           get16(f.data() + kUdpOff + 4) == f.size() - kUdpOff && udp_sum_of(f.data()) == 0xffff;
 }
 
 void roce_set_ackreq(std::span<std::byte> frame, bool ackreq) {
@@ -260,8 +321,11 @@ void roce_set_ackreq(std::span<std::byte> frame, bool ackreq) {
     v = ackreq ? (v | ROCE_BTH_ACKREQ) : (v & ~ROCE_BTH_ACKREQ);
     put32(apsn, v);
     size_t len = kEthHdrLen + get16(frame.data() + kIpOff + 2);
-    if (len <= frame.size() && len >= kMinRoceFrame)
-        put_icrc(frame.data() + len, icrc_of(frame.data(), len));
+    if (len > frame.size() || len < kMinRoceFrame)
+        return;
+    put_icrc(frame.data() + len, icrc_of(frame.data(), len));
+    if (get16(frame.data() + kUdpOff + 6) != 0)
+        put_udp_csum(frame.data());
 }
 
 size_t build_roce_frame(std::span<std::byte> out, const RoceEndpoint &e, uint8_t opcode,

@@ -46,9 +46,14 @@ uint32_t roce_icrc(std::span<const std::byte> frame);
 /// Whether the last 4 bytes of the (length-trimmed) frame hold its ICRC.
 bool roce_icrc_ok(std::span<const std::byte> frame);
 
+/// Whether the frame has a nonzero UDP checksum and it is right (RFC 768).
+bool roce_udp_csum_ok(std::span<const std::byte> frame);
+
 /// The prepared headers of one connection's SEND_ONLY_IMM frames: per frame
 /// only the lengths, the IPv4 checksum (incremental over the constant
-/// words), PSN, AckReq, ImmDt and the ICRC are written.
+/// words), PSN, AckReq, ImmDt, the ICRC and the UDP checksum are written.
+/// RoCEv2 receivers ignore the UDP checksum; incxdp's switches check it
+/// instead of the ICRC, which costs them ~8x less (docs/ROCE.md §3).
 class RoceSendTemplate {
   public:
     explicit RoceSendTemplate(const RoceEndpoint &e);
@@ -61,7 +66,8 @@ class RoceSendTemplate {
     }
 
     /// Complete the frame whose payload is already at frame[58..58+len):
-    /// headers, PSN (mod 2^24), AckReq, ImmDt (host order), ICRC. Returns
+    /// headers, PSN (mod 2^24), AckReq, ImmDt (host order), ICRC, UDP
+    /// checksum. Returns
     /// the frame length. `frame` has room for frame_len(payload_len).
     size_t finish(std::byte *frame, size_t payload_len, uint32_t psn, bool ackreq,
                   uint32_t imm) const;
@@ -75,7 +81,7 @@ class RoceSendTemplate {
 };
 
 /// Set or clear AckReq in a finished frame and recompute its ICRC (the BTH
-/// is covered by it).
+/// is covered by it) and its UDP checksum if it has one.
 void roce_set_ackreq(std::span<std::byte> frame, bool ackreq);
 
 /// Any RoCEv2 frame this code knows (tests and the software switch use it

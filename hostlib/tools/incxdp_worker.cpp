@@ -110,15 +110,16 @@ template <typename T> bool run(Communicator &comm, const Options &o, uint64_t by
         out["iterations"].push_back(j);
         if (!o.boot.json) {
             if (prim == Prim::Barrier)
-                fmt::print("rank {}: barrier: {:.6f} s, retx {}, rx drops {}{}\n", cfg.rank,
-                           st.seconds, st.retransmissions, st.rx_dropped, verdict);
+                fmt::print("rank {}: barrier: {:.6f} s, retx {}, rx drops {}, bad icrc {}{}\n",
+                           cfg.rank, st.seconds, st.retransmissions, st.rx_dropped, st.bad_icrc,
+                           verdict);
             else
                 fmt::print("rank {}: {} {} {}{}: {:.3f} s, {:.1f} MB/s algbw, retx {}, rx drops "
-                           "{}{}\n",
+                           "{}, bad icrc {}{}\n",
                            cfg.rank, what, format_size(bytes), o.boot.dtype,
                            prim == Prim::Broadcast ? "" : " " + o.boot.op, st.seconds,
                            algbw_mbps(bytes, st.seconds), st.retransmissions, st.rx_dropped,
-                           verdict);
+                           st.bad_icrc, verdict);
         }
         std::fflush(stdout);
     }

@@ -386,7 +386,7 @@ class RoceEngineTest : public ::testing::Test {
 };
 
 // The addresses and lengths every frame the switch sends to `peer` from
-// `own` must have (IPv4 ID 0, DF, TTL 64, UDP checksum 0, a right ICRC).
+// `own` must have (IPv4 ID 0, DF, TTL 64, a right UDP checksum and ICRC).
 inline void expect_sent(const Bytes &f, const Endpoint &own, const Endpoint &peer, uint16_t sport,
                         size_t len) {
     ASSERT_EQ(f.size(), len);
@@ -405,7 +405,8 @@ inline void expect_sent(const Bytes &f, const Endpoint &own, const Endpoint &pee
     EXPECT_EQ(get16(f, kEth + 20), sport) << "UDP source port";
     EXPECT_EQ(get16(f, kEth + 22), INCXDP_ROCE_UDP_PORT);
     EXPECT_EQ(get16(f, kEth + 24), len - kEth - 20) << "UDP length";
-    EXPECT_EQ(get16(f, kEth + 26), 0) << "UDP checksum";
+    EXPECT_NE(get16(f, kEth + 26), 0) << "UDP checksum (every addressed frame has one)";
+    EXPECT_EQ(udp_sum(f), 0xffff) << "UDP checksum";
     EXPECT_EQ(f[kBth + 1], 0) << "BTH flags";
     EXPECT_EQ(get16(f, kBth + 2), ROCE_PKEY_DEFAULT);
     EXPECT_EQ(f[kBth + 4], 0) << "BTH resv8";

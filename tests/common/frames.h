@@ -44,6 +44,45 @@ inline uint16_t ip_checksum(const uint8_t *h)
     return uint16_t(~sum);
 }
 
+// Rewrites the IPv4 header checksum of an Ethernet | IPv4 frame.
+inline void fix_ip_checksum(Bytes &f)
+{
+    f.at(kEth + 10) = f.at(kEth + 11) = 0;
+    uint16_t c = ip_checksum(&f.at(kEth));
+    f[kEth + 10] = uint8_t(c >> 8);
+    f[kEth + 11] = uint8_t(c);
+}
+
+// RFC 768 over an Ethernet | IPv4 (no options) | UDP frame, 16-bit words
+// byte by byte: the folded one's complement sum of the pseudo header and the
+// datagram (the UDP length long), checksum field included. 0xffff when a
+// nonzero checksum is right.
+inline uint16_t udp_sum(const Bytes &f)
+{
+    const size_t ip = kEth, udp = kEth + kIp;
+    size_t ulen = get16(f, udp + 4);
+    uint64_t sum = 17 + ulen;
+    for (size_t i = ip + 12; i < ip + 20; i += 2)
+        sum += get16(f, i);
+    for (size_t i = 0; i < ulen; i += 2)
+        sum += uint32_t(f.at(udp + i) << 8 | (i + 1 < ulen ? f.at(udp + i + 1) : 0));
+    while (sum >> 16)
+        sum = (sum & 0xffff) + (sum >> 16);
+    return uint16_t(sum);
+}
+
+// Fills in the UDP checksum of such a frame (0 computed goes as 0xffff).
+inline void set_udp_csum(Bytes &f)
+{
+    const size_t at = kEth + kIp + 6;
+    f.at(at) = f.at(at + 1) = 0;
+    uint16_t c = uint16_t(~udp_sum(f));
+    if (c == 0)
+        c = 0xffff;
+    f[at] = uint8_t(c >> 8);
+    f[at + 1] = uint8_t(c);
+}
+
 inline Bytes udp_frame(const Endpoint &src, const Endpoint &dst, const Bytes &payload, uint8_t ip_proto = 17)
 {
     Bytes b;

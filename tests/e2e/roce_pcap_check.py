@@ -5,6 +5,8 @@
 For every UDP/4791 frame of the given pcap files:
   * the ICRC is recomputed with scapy's RoCE layer (scapy.contrib.roce),
     an implementation that shares nothing with incxdp's;
+  * a nonzero UDP checksum (incxdp's hosts and switches send one, which the
+    switches check in place of the ICRC) is recomputed by scapy;
   * tshark must decode it as InfiniBand BTH with the same opcode, PSN and
     destination QP as scapy reads;
   * per stream (source IP, destination IP, destination QP), the PSNs of
@@ -13,8 +15,8 @@ For every UDP/4791 frame of the given pcap files:
     or repeat (seen before: a retransmission); "missing" counts the PSNs
     between a stream's lowest and highest that never appeared.
   * ACK frames carry an ACK (0x1F..) or NAK-sequence (0x60..) syndrome.
-Prints a JSON summary; exits 1 on any ICRC error, tshark disagreement or
-bad syndrome, and with --strict-order on any gap, reorder or repeat,
+Prints a JSON summary; exits 1 on any ICRC or UDP checksum error, tshark
+disagreement or bad syndrome, and with --strict-order on any gap, reorder or repeat,
 with --complete on any missing PSN, and with --psns-per-stream N when a
 stream did not carry exactly N distinct PSNs (a capture that covers a
 whole run sees every frame each connection sent, from its first).
@@ -74,6 +76,18 @@ def check_file(path, summary, streams):
             summary["errors"].append(f"{path}#{num}: ICRC {icrc_got.hex()} != scapy {icrc_want.hex()}")
         else:
             summary["icrc_ok"] += 1
+        got = p[UDP].chksum
+        if got == 0:
+            summary["udp_csum_none"] += 1
+        else:
+            q = p.copy()
+            del q[UDP].chksum
+            want = Ether(bytes(q))[UDP].chksum
+            if got != want:
+                summary["udp_csum_bad"] += 1
+                summary["errors"].append(f"{path}#{num}: UDP checksum {got:#06x} != scapy {want:#06x}")
+            else:
+                summary["udp_csum_ok"] += 1
         t = decoded.get(num)
         if t is None or t != (bth.opcode, bth.psn, bth.dqpn):
             summary["tshark_mismatch"] += 1
@@ -128,7 +142,8 @@ def main():
                     help="fail unless every stream carried exactly this many distinct PSNs")
     ap.add_argument("--min-frames", type=int, default=1)
     args = ap.parse_args()
-    summary = {"frames": 0, "icrc_ok": 0, "icrc_bad": 0, "tshark_bth": 0, "tshark_mismatch": 0,
+    summary = {"frames": 0, "icrc_ok": 0, "icrc_bad": 0, "udp_csum_ok": 0, "udp_csum_bad": 0,
+               "udp_csum_none": 0, "tshark_bth": 0, "tshark_mismatch": 0,
                "acks": 0, "naks": 0, "bad_syndrome": 0, "other_opcodes": 0, "errors": []}
     streams = {}
     for path in args.pcaps:
@@ -145,7 +160,8 @@ def main():
     summary["stream_detail"] = {f"{k[0]}->{k[1]} qp {k[2]:#x}": v for k, v in sorted(streams.items())}
     summary["errors"] = summary["errors"][:20]
     print(json.dumps(summary, indent=1))
-    bad = summary["icrc_bad"] or summary["tshark_mismatch"] or summary["bad_syndrome"]
+    bad = (summary["icrc_bad"] or summary["udp_csum_bad"] or summary["tshark_mismatch"] or
+           summary["bad_syndrome"])
     if args.strict_order and (summary["gap"] or summary["reordered"] or summary["repeat"]):
         bad = True
     if args.complete and summary["missing"]:

@@ -50,11 +50,18 @@ uint32_t ipv4(const char *s) {
 //        UDP(sport=0xC101, dport=4791, chksum=0) /
 //        BTH(opcode=0x11, dqpn=0x000456, psn=0x000002) / AETH(syndrome=0x60, msn=7))
 //   print(raw(a).hex())
+//   p[UDP].chksum = None  # scapy's own UDP checksum, over the ICRC too
+//   print(raw(p).hex())
 const char *kScapySendOnlyImm =
     "02495800020002495804000008004500007000004000401124e00a5000010a5000fdc00112b7005c00000500"
     "ffff0000012380fffffe00025000fffffff9000f423c001e847f002dc6c2003d0905004c4b48005b8d8b006a"
     "cfce007a1211008954540098969700a7d8da00b71b1d00c65d6000d59fa300e4e1e6dc9a3170";
 const uint32_t kScapySendIcrc = 0x70319adc; // last 4 bytes, little-endian
+// The same SEND with its UDP checksum (0x1b91), as RoceSendTemplate sends it.
+const char *kScapySendOnlyImmCsum =
+    "02495800020002495804000008004500007000004000401124e00a5000010a5000fdc00112b7005c1b910500"
+    "ffff0000012380fffffe00025000fffffff9000f423c001e847f002dc6c2003d0905004c4b48005b8d8b006a"
+    "cfce007a1211008954540098969700a7d8da00b71b1d00c65d6000d59fa300e4e1e6dc9a3170";
 const char *kScapyNak = "02495804000002495800020008004500003000004000401125200a5000fd0a500001c101"
                         "12b7001c00001100ffff000004560000000260000007ca7dfa23";
 
@@ -98,12 +105,13 @@ std::vector<std::byte> template_frame(uint32_t psn, bool ackreq) {
 } // namespace
 
 TEST(RoceFrame, SendOnlyImmMatchesScapyByteForByte) {
-    auto want = from_hex(kScapySendOnlyImm);
+    auto want = from_hex(kScapySendOnlyImmCsum);
     auto got = template_frame(0xfffffe, true);
     ASSERT_EQ(got.size(), want.size());
     EXPECT_EQ(got, want);
     EXPECT_EQ(roce_icrc(want), kScapySendIcrc);
     EXPECT_TRUE(roce_icrc_ok(want));
+    EXPECT_TRUE(roce_udp_csum_ok(want));
     // The template is reused: a second frame of another connection state
     // does not disturb the first's bytes when rebuilt.
     auto other = template_frame(5, false);
@@ -228,15 +236,43 @@ TEST(RoceFrame, IcrcIgnoresMaskedFieldsOnly) {
 }
 
 TEST(RoceFrame, AckReqFlipRecomputesIcrc) {
-    auto f = from_hex(kScapySendOnlyImm);
+    auto f = from_hex(kScapySendOnlyImmCsum);
     roce_set_ackreq(f, false);
     RoceFrameView v;
     ASSERT_EQ(parse_roce(f, v), RoceParse::Ok);
     EXPECT_FALSE(v.ackreq);
     EXPECT_EQ(v.psn, 0xfffffeu);
+    EXPECT_TRUE(roce_udp_csum_ok(f));
     EXPECT_EQ(f, template_frame(0xfffffe, false));
     roce_set_ackreq(f, true);
-    EXPECT_EQ(f, from_hex(kScapySendOnlyImm));
+    EXPECT_EQ(f, from_hex(kScapySendOnlyImmCsum));
+    // A frame without a UDP checksum keeps none.
+    auto g = from_hex(kScapySendOnlyImm);
+    roce_set_ackreq(g, false);
+    ASSERT_EQ(parse_roce(g, v), RoceParse::Ok);
+    EXPECT_FALSE(v.ackreq);
+    EXPECT_EQ(g[40], std::byte{0});
+    EXPECT_EQ(g[41], std::byte{0});
+}
+
+// What the switches check instead of the ICRC (docs/ROCE.md §3): every byte
+// of the datagram counts, a 0 checksum is "none", the addresses count through
+// the pseudo header and the Ethernet header does not.
+TEST(RoceFrame, UdpChecksumCoversTheDatagramAndThePseudoHeader) {
+    const auto base = template_frame(0x1234, false);
+    ASSERT_TRUE(roce_udp_csum_ok(base));
+    for (size_t i = 26; i < base.size(); ++i) { // IPv4 addresses onwards
+        auto f = base;
+        f[i] ^= std::byte(0x10);
+        EXPECT_FALSE(roce_udp_csum_ok(f)) << "byte " << i;
+    }
+    auto f = base;
+    f[0] ^= std::byte(0xff);
+    EXPECT_TRUE(roce_udp_csum_ok(f)) << "the Ethernet header is not covered";
+    f = base;
+    f[40] = f[41] = std::byte{0};
+    EXPECT_FALSE(roce_udp_csum_ok(f)) << "no checksum is not a right one";
+    EXPECT_TRUE(roce_icrc_ok(f)) << "the ICRC masks the UDP checksum";
 }
 
 TEST(RoceFrame, EthernetPaddingIsCut) {

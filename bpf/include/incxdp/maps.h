@@ -234,6 +234,7 @@ enum incxdp_stat {
 	INCXDP_STAT_ROCE_LATE_ACK,     /* ACK from a peer owed an ACK of its SENDs: the ACK sent */
 	INCXDP_STAT_CHAOS,             /* taken by `incxdp chaos --xdp`: lost, detoured or reflected */
 	INCXDP_STAT_TOO_LONG,          /* ours by port, but larger than one XDP buffer (~3.5 KB): dropped */
+	INCXDP_STAT_ROCE_BAD_CSUM,     /* nonzero UDP checksum that does not add up: dropped */
 	INCXDP_STAT_INGRESS_VERDICTS,  /* (how many ingress verdicts there are) */
 	INCXDP_STAT_REDIRECT_FAIL = INCXDP_STAT_INGRESS_VERDICTS, /* completed, but the multicast redirect was refused */
 	INCXDP_STAT_EGRESS_TX,         /* multicast copy rewritten and sent */

@@ -216,6 +216,8 @@ Bytes Traffic::roce_frame(uint8_t opcode, uint32_t imm, const std::vector<int32_
     uint32_t icrc = roce_icrc(f);
     for (size_t i = 0; i < 4; i++) // stored little-endian
         f[f.size() - 4 + i] = uint8_t(icrc >> (8 * i));
+    if (rng_.percent(50)) // as hostlib sends them: checked instead of the ICRC
+        test::set_udp_csum(f);
     return f;
 }
 

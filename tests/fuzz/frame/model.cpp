@@ -74,7 +74,8 @@ uint32_t roce_icrc(const Bytes &f) {
 
 // docs/ROCE.md §3 as far as the fuzzer's world reaches it: it installs no
 // RoCE connection, so every RoCE frame ends in one of the first checks,
-// frame shape and lengths, the ICRC, an unknown QPN; none changes a slot.
+// frame shape and lengths, the UDP checksum or else the ICRC, an unknown QPN;
+// none changes a slot.
 int roce_refusal(const Bytes &f) {
     const size_t n = f.size(), bth = kL4;
     if (n < bth + 12)
@@ -96,6 +97,9 @@ int roce_refusal(const Bytes &f) {
     const size_t payload = udp_len - hdr;
     if (op == ROCE_OP_ACK ? payload != 0 : payload % 64 || payload > ROCE_MAX_PAYLOAD)
         return INCXDP_STAT_ROCE_MALFORMED;
+    // A nonzero UDP checksum is checked instead of the ICRC (bpf/lib/udp_csum.h).
+    if (get16(f, kEth + test::kIp + 6) != 0)
+        return test::udp_sum(f) == 0xffff ? INCXDP_STAT_ROCE_UNKNOWN_QP : INCXDP_STAT_ROCE_BAD_CSUM;
     const uint32_t stored = uint32_t(f[n - 4]) | uint32_t(f[n - 3]) << 8 |
                             uint32_t(f[n - 2]) << 16 | uint32_t(f[n - 1]) << 24;
     if (roce_icrc(f) != stored)

@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
+/*
+ * The UDP checksum (RFC 768) of a RoCEv2 frame in an XDP buffer, as the
+ * switch's cheap integrity check (docs/ROCE.md §3, docs/WIRE.md §2).
+ *
+ * RoCEv2 senders may leave the UDP checksum 0 and receivers ignore it; the
+ * ICRC masks it. incxdp's hosts and switches fill it in, and a switch that
+ * finds it nonzero checks it instead of the ICRC: the kernel's csum_partial
+ * behind bpf_csum_diff sums a KB in ~50 ns, the BPF table CRC takes
+ * ~400 ns. Both cover the whole datagram (the sum also the ICRC bytes, so a
+ * frame that passes carries the ICRC its sender wrote, which the engine
+ * reuses). A frame with a 0 checksum (INC_Emulation's hosts, an RDMA NIC)
+ * gets the ICRC check as before.
+ *
+ * bpf_csum_diff takes at most 512 B per call (the per-CPU scratch buffer of
+ * kernels before 6.13) and needs a size the verifier can bound against the
+ * packet, so the datagram goes in 512 B pieces, then in constant pieces of
+ * 256 ... 4 B by the bits of what is left. Callers must not hold a spin lock.
+ */
+#ifndef INCXDP_UDP_CSUM_H
+#define INCXDP_UDP_CSUM_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "icrc.h"
+
+#define UDP_CSUM_CHUNK 512
+#define UDP_CSUM_MAX_CHUNKS (ROCE_ICRC_MAX_FRAME / UDP_CSUM_CHUNK)
+
+enum udp_csum_mode {
+	UDP_CSUM_CHECK = 0, /* returns 0 if the checksum adds up, 1 if not */
+	UDP_CSUM_STORE = 1, /* writes it; returns 0 */
+};
+
+/* 64-bit one's complement accumulator to 32 and to 16 bits. */
+static __always_inline __u32 csum_fold32(__u64 s)
+{
+	s = (s & 0xffffffffu) + (s >> 32);
+	s = (s & 0xffffffffu) + (s >> 32);
+	return (__u32)s;
+}
+
+static __always_inline __u16 csum_fold16(__u64 s)
+{
+	__u32 v = csum_fold32(s);
+
+	v = (v & 0xffff) + (v >> 16);
+	v = (v & 0xffff) + (v >> 16);
+	return (__u16)v;
+}
+
+/* One constant piece of `n` bytes at *p, if the length has that bit. */
+#define UDP_CSUM_PIECE(n)                                                     \
+	do {                                                                  \
+		if (len & (n)) {                                              \
+			if ((void *)(p + (n)) > end)                          \
+				return -1;                                    \
+			sum = bpf_csum_diff(NULL, 0, (void *)p, (n), csum_fold32(sum)); \
+			if (sum < 0)                                          \
+				return -1;                                    \
+			p += (n);                                             \
+		}                                                             \
+	} while (0)
+
+/*
+ * Checks or stores the UDP checksum of the frame in ctx, which must be
+ * exactly Ethernet | IPv4 (no options) | UDP, the UDP length reaching the
+ * buffer's end, a multiple of 4 bytes and no longer than ROCE_ICRC_MAX_FRAME
+ * allows (every RoCE frame the engine parses or builds). Returns -1 if it is
+ * not, 1 on a mismatch (UDP_CSUM_CHECK), else 0. Global: verified once.
+ */
+__attribute__((noinline)) int incxdp_udp_csum(struct xdp_md *ctx, int mode)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct iphdr *ip = data + sizeof(struct ethhdr);
+	struct udphdr *udp = (void *)(ip + 1);
+	__u8 *p = (void *)udp;
+	__u32 len;
+	__s64 sum;
+	__u16 folded;
+
+	if ((void *)(udp + 1) > end)
+		return -1;
+	len = (__u32)(end - (void *)udp);
+	if (len != bpf_ntohs(udp->len) || len % 4 || len > ROCE_ICRC_MAX_FRAME)
+		return -1;
+	if (mode == UDP_CSUM_STORE)
+		udp->check = 0;
+	/* The pseudo header, summed in memory order like the data. */
+	sum = (__u64)ip->saddr + ip->daddr + bpf_htons(IPPROTO_UDP) + udp->len;
+	for (int i = 0; i < UDP_CSUM_MAX_CHUNKS; i++) {
+		if (len < UDP_CSUM_CHUNK)
+			break;
+		if ((void *)(p + UDP_CSUM_CHUNK) > end)
+			return -1;
+		sum = bpf_csum_diff(NULL, 0, (void *)p, UDP_CSUM_CHUNK, csum_fold32(sum));
+		if (sum < 0)
+			return -1;
+		p += UDP_CSUM_CHUNK;
+		len -= UDP_CSUM_CHUNK;
+	}
+	if (len >= UDP_CSUM_CHUNK)
+		return -1;
+	UDP_CSUM_PIECE(256);
+	UDP_CSUM_PIECE(128);
+	UDP_CSUM_PIECE(64);
+	UDP_CSUM_PIECE(32);
+	UDP_CSUM_PIECE(16);
+	UDP_CSUM_PIECE(8);
+	UDP_CSUM_PIECE(4);
+	folded = csum_fold16((__u64)sum);
+	if (mode == UDP_CSUM_CHECK)
+		return folded != 0xffff;
+	/* An all-zero sum goes as 0xffff: 0 means "no checksum" (RFC 768). */
+	udp->check = (__u16)~folded ? (__u16)~folded : 0xffff;
+	return 0;
+}
+
+#undef UDP_CSUM_PIECE
+
+static __always_inline int udp_csum_ok(struct xdp_md *ctx)
+{
+	return incxdp_udp_csum(ctx, UDP_CSUM_CHECK) == 0;
+}
+
+static __always_inline int udp_csum_store(struct xdp_md *ctx)
+{
+	return incxdp_udp_csum(ctx, UDP_CSUM_STORE);
+}
+
+#endif
