@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause
 #include "roce_frame.h"
 
+#include <arpa/inet.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -230,11 +231,9 @@ uint16_t fold64(uint64_t s) {
 uint16_t udp_sum_of(const std::byte *p) {
     const std::byte *udp = p + kUdpOff;
     uint16_t ulen = get16(udp + 4);
-    uint16_t proto_len[2] = {0, 0};
-    std::byte *pl = reinterpret_cast<std::byte *>(proto_len);
-    pl[1] = std::byte(kProtoUdp);
-    put16(pl + 2, ulen);
-    return fold64(sum_mem(p + kIpOff + 12, 8) + sum_mem(pl, 4) + sum_mem(udp, ulen));
+    // Protocol and UDP length as they would lie in memory, like the rest.
+    uint64_t pseudo = sum_mem(p + kIpOff + 12, 8) + htons(kProtoUdp) + htons(ulen);
+    return fold64(pseudo + sum_mem(udp, ulen));
 }
 
 // The UDP checksum, written last: it covers the ICRC (docs/ROCE.md §3).

@@ -165,10 +165,13 @@ class TreeTopology : public ::testing::Test {
         return std::stoull(r.out.substr(at + key.size() + 1));
     }
 
-    // Counters of one switch's engine.
-    std::map<std::string, uint64_t> stats(const std::string &sw)
+    // Counters of one switch's engine; with reset, zeroed after reading.
+    std::map<std::string, uint64_t> stats(const std::string &sw, bool reset = false)
     {
-        auto r = in_node(sw, {INCXDP_CLI, "stats", "-j", "--pin-dir", pin_dir(sw)});
+        std::vector<std::string> argv = {INCXDP_CLI, "stats", "-j", "--pin-dir", pin_dir(sw)};
+        if (reset)
+            argv.push_back("--reset");
+        auto r = in_node(sw, argv);
         EXPECT_EQ(r.status, 0) << r.err;
         std::map<std::string, uint64_t> out;
         if (r.status == 0) {
