@@ -30,6 +30,7 @@
 #include "icrc.h"
 
 #define UDP_CSUM_CHUNK 512
+/* As many chunks as the longest datagram holds: what is left is < 512 B. */
 #define UDP_CSUM_MAX_CHUNKS (ROCE_ICRC_MAX_FRAME / UDP_CSUM_CHUNK)
 
 enum udp_csum_mode {
@@ -105,8 +106,6 @@ __attribute__((noinline)) int incxdp_udp_csum(struct xdp_md *ctx, int mode)
 		p += UDP_CSUM_CHUNK;
 		len -= UDP_CSUM_CHUNK;
 	}
-	if (len >= UDP_CSUM_CHUNK)
-		return -1;
 	UDP_CSUM_PIECE(256);
 	UDP_CSUM_PIECE(128);
 	UDP_CSUM_PIECE(64);

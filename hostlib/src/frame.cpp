@@ -16,12 +16,6 @@ uint16_t get16(const std::byte *p) {
     return uint16_t(uint16_t(p[0]) << 8 | uint16_t(p[1]));
 }
 
-uint16_t fold(uint32_t sum) {
-    while (sum >> 16)
-        sum = (sum & 0xffff) + (sum >> 16);
-    return uint16_t(sum);
-}
-
 constexpr uint16_t kEtherTypeIpv4 = 0x0800;
 constexpr uint8_t kProtoUdp = 17;
 constexpr uint16_t kIpDf = 0x4000;
@@ -33,7 +27,7 @@ uint16_t ipv4_checksum(std::span<const std::byte> hdr) {
     uint32_t sum = 0;
     for (size_t i = 0; i + 1 < hdr.size(); i += 2)
         sum += get16(hdr.data() + i);
-    return uint16_t(~fold(sum));
+    return uint16_t(~csum_fold(sum));
 }
 
 FrameTemplate::FrameTemplate(const FrameAddrs &a) : addrs_(a) {
@@ -66,7 +60,7 @@ void FrameTemplate::write(std::byte *out, size_t payload_len) const {
     uint16_t ip_len = uint16_t(kIpv4HdrLen + kUdpHdrLen + payload_len);
     std::byte *ip = out + kEthHdrLen;
     put16(ip + 2, ip_len);
-    put16(ip + 10, uint16_t(~fold(csum_base_ + ip_len)));
+    put16(ip + 10, uint16_t(~csum_fold(csum_base_ + ip_len)));
     put16(ip + kIpv4HdrLen + 4, uint16_t(kUdpHdrLen + payload_len));
 }
 

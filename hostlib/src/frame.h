@@ -28,6 +28,13 @@ struct FrameAddrs {
     uint16_t src_port = 0, dst_port = 0;
 };
 
+/// A one's complement sum (RFC 1071) folded to 16 bits, not inverted.
+inline uint16_t csum_fold(uint64_t sum) {
+    while (sum >> 16)
+        sum = (sum & 0xffff) + (sum >> 16);
+    return uint16_t(sum);
+}
+
 /// RFC 1071 checksum over `hdr` (an IPv4 header with its checksum field as
 /// it is: 0 to compute one, the stored value to verify one, which gives 0).
 uint16_t ipv4_checksum(std::span<const std::byte> hdr);

@@ -43,12 +43,6 @@ uint32_t get32(const std::byte *p) {
     return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | uint32_t(p[3]);
 }
 
-uint16_t fold(uint32_t sum) {
-    while (sum >> 16)
-        sum = (sum & 0xffff) + (sum >> 16);
-    return uint16_t(sum);
-}
-
 // Ethernet, IPv4 (lengths and checksum 0), UDP (length 0, checksum 0), BTH
 // (PSN 0, no AckReq) for `opcode`.
 void write_headers(std::byte *p, const RoceEndpoint &e, uint8_t opcode) {
@@ -84,7 +78,7 @@ void write_headers(std::byte *p, const RoceEndpoint &e, uint8_t opcode) {
 void write_lengths(std::byte *p, size_t frame_len, uint32_t csum_base) {
     uint16_t ip_len = uint16_t(frame_len - kEthHdrLen);
     put16(p + kIpOff + 2, ip_len);
-    put16(p + kIpOff + 10, uint16_t(~fold(csum_base + ip_len)));
+    put16(p + kIpOff + 10, uint16_t(~csum_fold(csum_base + ip_len)));
     put16(p + kUdpOff + 4, uint16_t(ip_len - kIpv4HdrLen));
 }
 
@@ -219,12 +213,6 @@ uint64_t sum_mem(const std::byte *p, size_t n) {
     return a + b;
 }
 
-uint16_t fold64(uint64_t s) {
-    s = (s & 0xffffffffu) + (s >> 32);
-    s = (s & 0xffffffffu) + (s >> 32);
-    return fold(uint32_t(s));
-}
-
 // The folded sum over the UDP pseudo header and the datagram of a frame
 // whose lengths are written (checksum field included): 0xffff if a nonzero
 // checksum is right.
@@ -233,7 +221,7 @@ uint16_t udp_sum_of(const std::byte *p) {
     uint16_t ulen = get16(udp + 4);
     // Protocol and UDP length as they would lie in memory, like the rest.
     uint64_t pseudo = sum_mem(p + kIpOff + 12, 8) + htons(kProtoUdp) + htons(ulen);
-    return fold64(pseudo + sum_mem(udp, ulen));
+    return csum_fold(pseudo + sum_mem(udp, ulen));
 }
 
 // The UDP checksum, written last: it covers the ICRC (docs/ROCE.md §3).

@@ -17,6 +17,31 @@ size_t data_len(size_t nelems) {
     return ROCE_MIN_IMM_FRAME + 4 * nelems;
 }
 
+// Host 0's first SEND with and without ImmDt for every payload of 16
+// elements up to the largest: every shape the ICRC walk (0-3 words of 8 B,
+// 0-13 blocks of 256 B) and the piecewise UDP sum (512 B chunks, 256 ... 4 B
+// pieces) can meet. `what` names it for failure messages.
+struct ShapedFrame {
+    std::string what;
+    Bytes frame;
+};
+std::vector<ShapedFrame> frames_of_every_shape() {
+    std::vector<ShapedFrame> out;
+    for (uint8_t opcode : {uint8_t(ROCE_OP_SEND_ONLY_IMM), uint8_t(ROCE_OP_SEND_ONLY)}) {
+        for (size_t n = 16; n <= ROCE_MAX_ELEMS; n += 16) {
+            RoceFields g;
+            g.opcode = opcode;
+            g.dqpn = child_qpn(0);
+            g.psn = child_rx_base(0);
+            g.word = allreduce(ROCE_OPR_SUM);
+            g.vals = ramp(n, int32_t(n), 7);
+            out.push_back({std::to_string(n) + " elements, opcode " + std::to_string(opcode),
+                           roce_frame(host_ep(0), switch_ep(), g)});
+        }
+    }
+    return out;
+}
+
 // A second real interface, for frames on "another port" (the kernel resolves
 // ingress_ifindex), or 0 when there is none.
 uint32_t other_ifindex() {
@@ -157,27 +182,18 @@ TEST_F(RoceEngineTest, UdpChecksumStandsInForTheIcrc) {
 TEST_F(RoceEngineTest, UdpChecksumIsCheckedForEveryLength) {
     install(2, true);
     uint64_t flipped = 0;
-    for (uint8_t opcode : {uint8_t(ROCE_OP_SEND_ONLY_IMM), uint8_t(ROCE_OP_SEND_ONLY)}) {
-        for (size_t n = 16; n <= ROCE_MAX_ELEMS; n += 16) {
-            RoceFields g;
-            g.opcode = opcode;
-            g.dqpn = child_qpn(0);
-            g.psn = child_rx_base(0);
-            g.word = allreduce(ROCE_OPR_SUM);
-            g.vals = ramp(n, int32_t(n), 7);
-            auto f = roce_frame(host_ep(0), switch_ep(), g);
-            set_udp_csum(f);
-            auto bad = f;
-            bad[bad.size() - ROCE_ICRC_LEN - 1] ^= 0x10;
-            EXPECT_EQ(run(bad).stat, INCXDP_STAT_ROCE_BAD_CSUM) << n << " elements, opcode " << int(opcode);
-            auto bad_sum = f;
-            bad_sum[kEth + kIp + 7] ^= 0x01;
-            EXPECT_EQ(run(bad_sum).stat, INCXDP_STAT_ROCE_BAD_CSUM) << n << " elements, opcode " << int(opcode);
-            auto r = run(f);
-            EXPECT_NE(r.stat, INCXDP_STAT_ROCE_BAD_CSUM) << n << " elements, opcode " << int(opcode);
-            EXPECT_NE(r.stat, INCXDP_STAT_ROCE_MALFORMED) << n << " elements, opcode " << int(opcode);
-            flipped += 2;
-        }
+    for (auto &[what, f] : frames_of_every_shape()) {
+        set_udp_csum(f);
+        auto bad = f;
+        bad[bad.size() - ROCE_ICRC_LEN - 1] ^= 0x10;
+        EXPECT_EQ(run(bad).stat, INCXDP_STAT_ROCE_BAD_CSUM) << what;
+        auto bad_sum = f;
+        bad_sum[kEth + kIp + 7] ^= 0x01;
+        EXPECT_EQ(run(bad_sum).stat, INCXDP_STAT_ROCE_BAD_CSUM) << what;
+        auto r = run(f);
+        EXPECT_NE(r.stat, INCXDP_STAT_ROCE_BAD_CSUM) << what;
+        EXPECT_NE(r.stat, INCXDP_STAT_ROCE_MALFORMED) << what;
+        flipped += 2;
     }
     EXPECT_EQ(stat(INCXDP_STAT_ROCE_BAD_CSUM), flipped);
     EXPECT_EQ(stat(INCXDP_STAT_ROCE_BAD_ICRC), 0u);
@@ -479,21 +495,12 @@ TEST_F(RoceEngineTest, BadIcrcIsDroppedAndCounted) {
 TEST_F(RoceEngineTest, IcrcIsCheckedForEveryShapeOfTheWalk) {
     install(2, true);
     uint64_t flipped = 0;
-    for (uint8_t opcode : {uint8_t(ROCE_OP_SEND_ONLY_IMM), uint8_t(ROCE_OP_SEND_ONLY)}) {
-        for (size_t n = 16; n <= ROCE_MAX_ELEMS; n += 16) {
-            RoceFields g;
-            g.opcode = opcode;
-            g.dqpn = child_qpn(0);
-            g.psn = child_rx_base(0);
-            g.word = allreduce(ROCE_OPR_SUM);
-            g.vals = ramp(n, int32_t(n), 7);
-            auto f = roce_frame(host_ep(0), switch_ep(), g);
-            auto bad = f;
-            bad[bad.size() - ROCE_ICRC_LEN - 1] ^= 0x10;
-            EXPECT_EQ(run(bad).stat, INCXDP_STAT_ROCE_BAD_ICRC) << n << " elements, opcode " << int(opcode);
-            EXPECT_NE(run(f).stat, INCXDP_STAT_ROCE_BAD_ICRC) << n << " elements, opcode " << int(opcode);
-            flipped++;
-        }
+    for (const auto &[what, f] : frames_of_every_shape()) {
+        auto bad = f;
+        bad[bad.size() - ROCE_ICRC_LEN - 1] ^= 0x10;
+        EXPECT_EQ(run(bad).stat, INCXDP_STAT_ROCE_BAD_ICRC) << what;
+        EXPECT_NE(run(f).stat, INCXDP_STAT_ROCE_BAD_ICRC) << what;
+        flipped++;
     }
     EXPECT_EQ(stat(INCXDP_STAT_ROCE_BAD_ICRC), flipped);
 }
