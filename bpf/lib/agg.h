@@ -71,9 +71,13 @@ static __always_inline void agg_combine(__s32 *vals, struct contrib *k, void *en
 
 /* Copies a set's values into the packet's payload, big-endian. Called after
  * the unlock: a complete set is read-only until every worker has its result
- * (a worker reuses the slot only after receiving it). */
-static __always_inline void agg_store_result(const __s32 *vals, struct contrib *k, void *end)
+ * (a worker reuses the slot only after receiving it). Returns the words
+ * written, summed as stored (a one's complement sum of the payload before
+ * folding, for its UDP checksum: one add per word instead of another pass). */
+static __always_inline __u64 agg_store_result(const __s32 *vals, struct contrib *k, void *end)
 {
+	__u64 sum = 0;
+
 	for (__u32 b = 0; b < MAX_BLOCKS; b++) {
 		__be32 *p = k->payload + b * AGG_Q;
 		const __s32 *v = vals + b * AGG_Q;
@@ -83,9 +87,14 @@ static __always_inline void agg_store_result(const __s32 *vals, struct contrib *
 		if ((void *)(p + AGG_Q) > end)
 			break;
 #pragma unroll
-		for (int j = 0; j < AGG_Q; j++)
-			p[j] = bpf_htonl((__u32)v[j]);
+		for (int j = 0; j < AGG_Q; j++) {
+			__u32 be = bpf_htonl((__u32)v[j]);
+
+			p[j] = be;
+			sum += be;
+		}
 	}
+	return sum;
 }
 
 static __always_inline int set_matches(const struct incxdp_slot_set *s, const struct contrib *k)

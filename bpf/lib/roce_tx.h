@@ -5,8 +5,9 @@
  * bpf_xdp_adjust_tail (which invalidates every packet pointer, so the writers
  * below re-derive theirs from ctx), then the headers, the payload and the
  * ICRC are written. What every frame gets: IPv4 without options, ID 0
- * (the multicast template: the job), DF, TTL 64, a UDP checksum (0 on the
- * multicast template, whose copies get theirs in the egress program), P_Key
+ * (the multicast template: the job), DF, TTL 64, a UDP checksum (the
+ * multicast template: the sum of its tail, its copies get theirs in the
+ * egress program), P_Key
  * 0xFFFF, no AckReq, SEND_ONLY_IMM or ACK.
  */
 #ifndef INCXDP_ROCE_TX_H
@@ -95,7 +96,7 @@ static __always_inline int roce_write_hdrs(void *data, void *end,
 	ipv4_csum_update(ip);
 	udp->dest = bpf_htons(INCXDP_ROCE_UDP_PORT);
 	udp->len = bpf_htons(len - sizeof(*eth) - sizeof(*ip));
-	udp->check = 0; /* the template's; every addressed frame gets one (udp_csum.h) */
+	udp->check = 0; /* filled in last, over the ICRC (incxdp_roce_emit) */
 	bth->opcode = o->opcode;
 	bth->flags = ROCE_BTH_TVER;
 	bth->pkey = bpf_htons(ROCE_PKEY_DEFAULT);
@@ -117,14 +118,14 @@ static __always_inline int roce_set_len(struct xdp_md *ctx, __u32 len)
 /*
  * Rebuilds the frame in ctx as `o`, addressed to `to` (NULL: the multicast
  * template), with the values of set o->set of slot o->slot as payload (unless
- * they are in place already). The template gets no ICRC: the egress program
- * rewrites and checksums each copy. Returns 0, or -1 if the buffer could not
- * take the frame. Global, so the verifier walks its payload loop once; every
+ * they are in place already). Returns 0, or -1 if the buffer could not take
+ * the frame. Global, so the verifier walks its payload loop once; every
  * packet pointer of the caller is stale after it (bpf_xdp_adjust_tail). The
  * slot is looked up here: a slot holds a bpf_spin_lock, and the verifier
  * refuses memory with a lock in it as a global function's argument.
- * The template carries the CRC of its tail in the ICRC's place, so that the
- * egress program only combines it with each copy's headers (icrc.h).
+ * The template carries the CRC of its tail in the ICRC's place and the sum
+ * of its tail in the UDP checksum's, so that the egress program only
+ * combines them with each copy's headers (icrc.h, udp_csum.h).
  */
 __attribute__((noinline)) int incxdp_roce_emit(struct xdp_md *ctx, const struct roce_out *o,
 					       const struct incxdp_roce_conn *to)
@@ -132,14 +133,30 @@ __attribute__((noinline)) int incxdp_roce_emit(struct xdp_md *ctx, const struct 
 	struct roce_out out;
 	struct contrib k = {};
 	struct incxdp_slot *slot = NULL;
+	struct udphdr *udp;
 	void *data, *end;
-	int tail_ready;
-	__u32 len;
+	int tail_ready, tail_sum = -1;
+	__u64 sum;
+	__u32 len, *w;
 
 	if (!o)
 		return -1;
 	out = *o;
 	len = roce_out_len(&out);
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	udp = data + UDP_CSUM_UDP_OFF;
+	if ((void *)(udp + 1) > end)
+		return -1;
+	/* The tail's sum, where the frame has it already: a copy's from its
+	 * template, a parent's result's from its checked checksum (before
+	 * anything here touches the frame). Reduce-cut copies change length. */
+	if (out.in_place && (__u32)(end - data) == len) {
+		if (to)
+			tail_sum = udp->check;
+		else if (udp->check)
+			tail_sum = udp_csum_tail_of_checked(ctx);
+	}
 	/* A template in place is the parent's result frame, with the parent's
 	 * headers and the ICRC ingress checked: that turns into the tail's
 	 * CRC without a pass over the payload (icrc.h), if length and ImmDt
@@ -150,12 +167,11 @@ __attribute__((noinline)) int incxdp_roce_emit(struct xdp_md *ctx, const struct 
 		return -1;
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
-	if (tail_ready) {
-		__be32 *w = data + ROCE_HDRS_LEN;
-
-		if ((void *)(w + 1) > end || *w != bpf_htonl(out.word))
-			tail_ready = 0;
-	}
+	w = data + ROCE_HDRS_LEN;
+	if ((void *)(w + 1) > end)
+		return -1;
+	if (tail_ready && *w != bpf_htonl(out.word))
+		tail_ready = 0;
 	if (roce_write_hdrs(data, end, to, len, &out) < 0)
 		return -1;
 	if (out.opcode != ROCE_OP_ACK && out.nelems && !out.in_place)
@@ -163,16 +179,30 @@ __attribute__((noinline)) int incxdp_roce_emit(struct xdp_md *ctx, const struct 
 	if (slot) {
 		k.payload = data + ROCE_HDRS_LEN + ROCE_IMM_LEN;
 		k.nelems = out.nelems < ROCE_MAX_ELEMS ? out.nelems : ROCE_MAX_ELEMS;
-		agg_store_result(slot->vals[out.set & 1], &k, end);
+		sum = agg_store_result(slot->vals[out.set & 1], &k, end);
+		tail_sum = csum_fold16(sum + *w);
+	} else if (out.opcode == ROCE_OP_ACK || !out.nelems) {
+		tail_sum = csum_fold16(*w); /* the tail is the AETH or ImmDt alone */
+	} else if (tail_sum < 0) {
+		tail_sum = udp_csum_tail(ctx); /* no checksum came with it */
 	}
-	if (!to)
-		return tail_ready ? 0 : icrc_tail_store(ctx);
+	if (tail_sum < 0)
+		return -1;
+	if (!to) {
+		if (!tail_ready && icrc_tail_store(ctx) < 0)
+			return -1;
+		udp = data + UDP_CSUM_UDP_OFF;
+		if ((void *)(udp + 1) > end)
+			return -1;
+		udp->check = (__u16)tail_sum;
+		return 0;
+	}
 	/* In place with a payload: a multicast copy, whose tail is the
 	 * template's (a Reduce-cut copy has a tail of its own, just the ImmDt). */
 	if ((out.in_place && out.nelems ? incxdp_roce_icrc_from_tail(ctx) : icrc_store(ctx)) < 0)
 		return -1;
 	/* After the ICRC, which the UDP checksum covers (udp_csum.h). */
-	return udp_csum_store(ctx);
+	return udp_csum_finish(ctx, (__u32)tail_sum);
 }
 
 /* Whether `rank` sits behind the connection (its subtree's ranks). */

@@ -135,6 +135,39 @@ TEST_F(RoceEgressTest, ResultCopyIsAddressedToTheChildBehindThePort) {
     EXPECT_EQ(stat(INCXDP_STAT_ROCE_DOWN), 3u);
 }
 
+// A leaf forwards its parent's result: each copy's checksum is made from
+// the result's own (checked) one without a pass, or from a pass over the
+// tail when the parent sent none (ICRC only). Both come out right, and a
+// result whose checksum does not add up goes nowhere.
+TEST_F(RoceEgressTest, ParentResultCopiesGetTheirChecksumWithOrWithoutTheParents) {
+    install_ports(false);
+    const uint32_t op = allreduce(ROCE_OPR_SUM);
+    for (uint32_t idx = 0; idx < 3; idx++) {
+        const size_t n = 256 - 64 * idx; // 1 KB, 768 B, 512 B: whole and partial pieces
+        ASSERT_EQ(run(from_host(1, idx, op, ramp(n, 7))).stat, INCXDP_STAT_ROCE_ABSORBED);
+        ASSERT_EQ(run(from_host(0, idx, op, ramp(n, 1)), v0_).stat, INCXDP_STAT_ROCE_UP);
+        auto result = from_parent(idx, op, ramp(n, 40 + int32_t(idx), 9));
+        if (idx == 1)
+            set_udp_csum(result);
+        if (idx == 2) {
+            auto bad = result;
+            set_udp_csum(bad);
+            bad[kPayloadImm + 9] ^= 0x20;
+            run_live(bad, kLo);
+            EXPECT_FALSE(capture()) << "a result with a bad checksum is not forwarded";
+            set_udp_csum(result);
+        }
+        run_live(result, kLo);
+        auto got = capture();
+        ASSERT_TRUE(got) << "no copy on ixv1 for idx " << idx;
+        expect_sent(*got, switch_ep(), host_ep(0), 0xd000, ROCE_MIN_IMM_FRAME + n * 4);
+        EXPECT_EQ(parse_out(*got).vals, ramp(n, 40 + int32_t(idx), 9));
+        EXPECT_EQ(parse_out(*got).psn, child_tx_base(0) + idx);
+    }
+    EXPECT_EQ(stat(INCXDP_STAT_EGRESS_TX), 3u);
+    EXPECT_EQ(stat(INCXDP_STAT_ROCE_BAD_CSUM), 1u);
+}
+
 TEST_F(RoceEgressTest, ReduceCopyIsCutForAChildWithoutTheRootRank) {
     install_ports(true);
     const uint32_t op = imm(1, ROCE_PRIM_REDUCE, ROCE_OPR_MAX); // root rank 1, behind lo

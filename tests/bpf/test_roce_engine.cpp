@@ -199,6 +199,47 @@ TEST_F(RoceEngineTest, UdpChecksumIsCheckedForEveryLength) {
     EXPECT_EQ(stat(INCXDP_STAT_ROCE_BAD_ICRC), 0u);
 }
 
+// RFC 768: a checksum that computes to 0 goes as 0xffff (0 is "none"). The
+// up frame of idx 1 is predicted from idx 0's (only its PSN differs), and
+// the last result word is searched for one whose frame sums to exactly
+// that: ~1 in 65536 does, ICRC included.
+TEST_F(RoceEngineTest, AChecksumThatComputesToZeroGoesAsAllOnes) {
+    install(2, false);
+    const uint32_t op = allreduce(ROCE_OPR_SUM);
+    const std::vector<int32_t> a = ramp(16, 1000, 7), b = ramp(16, -5, 3);
+    ASSERT_EQ(run(from_host(0, 0, op, a)).stat, INCXDP_STAT_ROCE_ABSORBED);
+    auto first = run(from_host(1, 0, op, b));
+    ASSERT_EQ(first.stat, INCXDP_STAT_ROCE_UP);
+    expect_sent(first.out, switch_up_ep(), parent_ep(), switch_up_ep().port, data_len(16));
+
+    Bytes want = first.out;
+    const size_t psn_at = kBth + 8, last_at = want.size() - ROCE_ICRC_LEN - 4;
+    const size_t csum_at = kEth + kIp + 6;
+    want[psn_at + 1] = uint8_t((kParentTxBase + 1) >> 16);
+    want[psn_at + 2] = uint8_t((kParentTxBase + 1) >> 8);
+    want[psn_at + 3] = uint8_t(kParentTxBase + 1);
+    std::optional<uint32_t> hit;
+    for (uint32_t y = 0; y < (1u << 22) && !hit; y++) {
+        for (size_t i = 0; i < 4; i++)
+            want[last_at + i] = uint8_t(y >> (24 - 8 * i));
+        set_icrc(want);
+        want[csum_at] = want[csum_at + 1] = 0;
+        if (udp_sum(want) == 0xffff) // ~sum == 0
+            hit = y;
+    }
+    ASSERT_TRUE(hit) << "no result word in 2^22 makes the checksum 0";
+    want[csum_at] = want[csum_at + 1] = 0xff;
+
+    auto b1 = b;
+    b1.back() = int32_t(*hit - uint32_t(a.back()));
+    ASSERT_EQ(run(from_host(0, 1, op, a)).stat, INCXDP_STAT_ROCE_ABSORBED);
+    auto r = run(from_host(1, 1, op, b1));
+    ASSERT_EQ(r.stat, INCXDP_STAT_ROCE_UP);
+    EXPECT_EQ(get16(r.out, csum_at), 0xffff) << "a computed 0 is sent as all ones";
+    EXPECT_EQ(r.out, want);
+    expect_sent(r.out, switch_up_ep(), parent_ep(), switch_up_ep().port, data_len(16));
+}
+
 TEST_F(RoceEngineTest, TwoChildLeafSendsItsAggregateToTheParent) {
     install(2, false);
     const OpCase cases[] = {

@@ -9,6 +9,7 @@
 #include <zlib.h>
 
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -273,6 +274,27 @@ TEST(RoceFrame, UdpChecksumCoversTheDatagramAndThePseudoHeader) {
     f[40] = f[41] = std::byte{0};
     EXPECT_FALSE(roce_udp_csum_ok(f)) << "no checksum is not a right one";
     EXPECT_TRUE(roce_icrc_ok(f)) << "the ICRC masks the UDP checksum";
+}
+
+// RFC 768: a checksum that computes to 0 is sent as 0xffff, 0 meaning "none".
+// A folded sum of data that is not all zero is never 0, so check 0xffff
+// appears only where the computed checksum was 0: about 1 in 65536 payloads.
+TEST(RoceFrame, AChecksumThatComputesToZeroGoesAsAllOnes) {
+    RoceSendTemplate t(host_end());
+    std::vector<std::byte> f(RoceSendTemplate::frame_len(64));
+    std::optional<uint32_t> hit;
+    for (uint32_t y = 0; y < (1u << 22) && !hit; ++y) {
+        uint32_t be = htonl(y);
+        std::memcpy(f.data() + RoceSendTemplate::payload_offset() + 60, &be, 4);
+        t.finish(f.data(), 64, 77, false, kImm);
+        uint16_t check = uint16_t(uint16_t(f[40]) << 8 | uint16_t(f[41]));
+        ASSERT_NE(check, 0) << "payload word " << y << ": 0 is \"no checksum\"";
+        if (check == 0xffff)
+            hit = y;
+    }
+    ASSERT_TRUE(hit) << "no payload word in 2^22 makes the checksum compute to 0";
+    EXPECT_TRUE(roce_udp_csum_ok(f));
+    EXPECT_TRUE(roce_icrc_ok(f));
 }
 
 TEST(RoceFrame, EthernetPaddingIsCut) {
