@@ -96,6 +96,23 @@ static __always_inline struct udphdr *parse_udp(struct cursor *c)
 	return CURSOR_TAKE(c, struct udphdr);
 }
 
+/* A 64-bit one's complement accumulator (RFC 1071) to 32 and to 16 bits. */
+static __always_inline __u32 csum_fold32(__u64 s)
+{
+	s = (s & 0xffffffffu) + (s >> 32);
+	s = (s & 0xffffffffu) + (s >> 32);
+	return (__u32)s;
+}
+
+static __always_inline __u16 csum_fold16(__u64 s)
+{
+	__u32 v = csum_fold32(s);
+
+	v = (v & 0xffff) + (v >> 16);
+	v = (v & 0xffff) + (v >> 16);
+	return (__u16)v;
+}
+
 /* RFC 1071 checksum of an option-less IPv4 header. */
 static __always_inline void ipv4_csum_update(struct iphdr *ip)
 {
@@ -106,9 +123,7 @@ static __always_inline void ipv4_csum_update(struct iphdr *ip)
 #pragma unroll
 	for (int i = 0; i < (int)(sizeof(*ip) / 2); i++)
 		sum += w[i];
-	sum = (sum & 0xffff) + (sum >> 16);
-	sum = (sum & 0xffff) + (sum >> 16);
-	ip->check = (__u16)~sum;
+	ip->check = (__u16)~csum_fold16(sum);
 }
 
 #endif

@@ -135,8 +135,7 @@ __attribute__((noinline)) int incxdp_roce_emit(struct xdp_md *ctx, const struct 
 	struct incxdp_slot *slot = NULL;
 	struct udphdr *udp;
 	void *data, *end;
-	int tail_ready, tail_sum = -1;
-	__u64 sum;
+	int same_len, tail_ready, tail_sum = -1;
 	__u32 len, *w;
 
 	if (!o)
@@ -148,21 +147,20 @@ __attribute__((noinline)) int incxdp_roce_emit(struct xdp_md *ctx, const struct 
 	udp = data + UDP_CSUM_UDP_OFF;
 	if ((void *)(udp + 1) > end)
 		return -1;
+	/* The payload in place and staying (a Reduce-cut copy shrinks). */
+	same_len = out.in_place && (__u32)(end - data) == len;
 	/* The tail's sum, where the frame has it already: a copy's from its
 	 * template, a parent's result's from its checked checksum (before
-	 * anything here touches the frame). Reduce-cut copies change length. */
-	if (out.in_place && (__u32)(end - data) == len) {
-		if (to)
-			tail_sum = udp->check;
-		else if (udp->check)
-			tail_sum = udp_csum_tail_of_checked(ctx);
-	}
+	 * anything here touches the frame). */
+	if (same_len && to)
+		tail_sum = udp->check;
+	else if (same_len && udp->check)
+		tail_sum = udp_csum_tail_of_checked(ctx);
 	/* A template in place is the parent's result frame, with the parent's
 	 * headers and the ICRC ingress checked: that turns into the tail's
-	 * CRC without a pass over the payload (icrc.h), if length and ImmDt
-	 * stay what they are. */
-	tail_ready = !to && out.in_place && (__u32)(ctx->data_end - ctx->data) == len &&
-		     incxdp_roce_icrc_from_tail(ctx) == 0;
+	 * CRC without a pass over the payload (icrc.h), if the ImmDt stays
+	 * what it is. */
+	tail_ready = same_len && !to && incxdp_roce_icrc_from_tail(ctx) == 0;
 	if (roce_set_len(ctx, len) < 0)
 		return -1;
 	data = (void *)(long)ctx->data;
@@ -170,6 +168,7 @@ __attribute__((noinline)) int incxdp_roce_emit(struct xdp_md *ctx, const struct 
 	w = data + ROCE_HDRS_LEN;
 	if ((void *)(w + 1) > end)
 		return -1;
+	udp = data + UDP_CSUM_UDP_OFF; /* before w: in the range just checked */
 	if (tail_ready && *w != bpf_htonl(out.word))
 		tail_ready = 0;
 	if (roce_write_hdrs(data, end, to, len, &out) < 0)
@@ -179,8 +178,7 @@ __attribute__((noinline)) int incxdp_roce_emit(struct xdp_md *ctx, const struct 
 	if (slot) {
 		k.payload = data + ROCE_HDRS_LEN + ROCE_IMM_LEN;
 		k.nelems = out.nelems < ROCE_MAX_ELEMS ? out.nelems : ROCE_MAX_ELEMS;
-		sum = agg_store_result(slot->vals[out.set & 1], &k, end);
-		tail_sum = csum_fold16(sum + *w);
+		tail_sum = csum_fold16(agg_store_result(slot->vals[out.set & 1], &k, end) + *w);
 	} else if (out.opcode == ROCE_OP_ACK || !out.nelems) {
 		tail_sum = csum_fold16(*w); /* the tail is the AETH or ImmDt alone */
 	} else if (tail_sum < 0) {
@@ -190,9 +188,6 @@ __attribute__((noinline)) int incxdp_roce_emit(struct xdp_md *ctx, const struct 
 		return -1;
 	if (!to) {
 		if (!tail_ready && icrc_tail_store(ctx) < 0)
-			return -1;
-		udp = data + UDP_CSUM_UDP_OFF;
-		if ((void *)(udp + 1) > end)
 			return -1;
 		udp->check = (__u16)tail_sum;
 		return 0;

@@ -36,6 +36,7 @@
 #include <linux/udp.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include "parse.h"
 #include "icrc.h"
 
 #define UDP_CSUM_CHUNK 512
@@ -49,21 +50,25 @@ enum udp_csum_mode {
 	UDP_CSUM_TAIL = 1,  /* the tail alone: returns its folded sum */
 };
 
-/* 64-bit one's complement accumulator to 32 and to 16 bits. */
-static __always_inline __u32 csum_fold32(__u64 s)
+/*
+ * The datagram's length, if the frame is exactly Ethernet | IPv4 (no
+ * options) | UDP, the UDP length reaching the buffer's end, a multiple of 4
+ * bytes and no longer than ROCE_ICRC_MAX_FRAME allows (every RoCE frame the
+ * engine parses or builds); else 0. The caller has checked the UDP header.
+ */
+static __always_inline __u32 udp_csum_len(const struct udphdr *udp, const void *end)
 {
-	s = (s & 0xffffffffu) + (s >> 32);
-	s = (s & 0xffffffffu) + (s >> 32);
-	return (__u32)s;
+	__u32 len = (__u32)(end - (const void *)udp);
+
+	if (len != bpf_ntohs(udp->len) || len % 4 || len > ROCE_ICRC_MAX_FRAME)
+		return 0;
+	return len;
 }
 
-static __always_inline __u16 csum_fold16(__u64 s)
+/* The pseudo header, summed in memory order like the data. */
+static __always_inline __u64 udp_pseudo_sum(const struct iphdr *ip, const struct udphdr *udp)
 {
-	__u32 v = csum_fold32(s);
-
-	v = (v & 0xffff) + (v >> 16);
-	v = (v & 0xffff) + (v >> 16);
-	return (__u16)v;
+	return (__u64)ip->saddr + ip->daddr + bpf_htons(IPPROTO_UDP) + udp->len;
 }
 
 /* One constant piece of `n` bytes at *p, if the length has that bit. */
@@ -80,12 +85,10 @@ static __always_inline __u16 csum_fold16(__u64 s)
 	} while (0)
 
 /*
- * A pass over the frame in ctx, which must be exactly Ethernet | IPv4 (no
- * options) | UDP, the UDP length reaching the buffer's end, a multiple of 4
- * bytes and no longer than ROCE_ICRC_MAX_FRAME allows (every RoCE frame the
- * engine parses or builds), for UDP_CSUM_TAIL at least a RoCE frame's
- * headers and ICRC. Returns -1 if it is not; else UDP_CSUM_CHECK's 0 or 1,
- * UDP_CSUM_TAIL's sum. Global: verified once.
+ * A pass over the frame in ctx, shaped as udp_csum_len wants it, for
+ * UDP_CSUM_TAIL at least a RoCE frame's headers and ICRC. Returns -1 if it
+ * is not; else UDP_CSUM_CHECK's 0 or 1, UDP_CSUM_TAIL's sum. Global:
+ * verified once.
  */
 __attribute__((noinline)) int incxdp_udp_csum(struct xdp_md *ctx, int mode)
 {
@@ -99,8 +102,8 @@ __attribute__((noinline)) int incxdp_udp_csum(struct xdp_md *ctx, int mode)
 
 	if ((void *)(udp + 1) > end)
 		return -1;
-	len = (__u32)(end - (void *)udp);
-	if (len != bpf_ntohs(udp->len) || len % 4 || len > ROCE_ICRC_MAX_FRAME)
+	len = udp_csum_len(udp, end);
+	if (!len)
 		return -1;
 	if (mode == UDP_CSUM_TAIL) {
 		if (len < ROCE_HDRS_LEN - UDP_CSUM_UDP_OFF + ROCE_ICRC_LEN)
@@ -109,8 +112,7 @@ __attribute__((noinline)) int incxdp_udp_csum(struct xdp_md *ctx, int mode)
 		len -= ROCE_HDRS_LEN - UDP_CSUM_UDP_OFF + ROCE_ICRC_LEN;
 		sum = 0;
 	} else {
-		/* The pseudo header, summed in memory order like the data. */
-		sum = (__u64)ip->saddr + ip->daddr + bpf_htons(IPPROTO_UDP) + udp->len;
+		sum = udp_pseudo_sum(ip, udp);
 	}
 	for (int i = 0; i < UDP_CSUM_MAX_CHUNKS; i++) {
 		if (len < UDP_CSUM_CHUNK)
@@ -144,8 +146,8 @@ enum udp_csum_hdrs_mode {
 
 /*
  * The O(1) part: the pseudo header, the UDP header, the BTH and the ICRC
- * (the last 4 bytes) of the RoCE frame in ctx, shaped as incxdp_udp_csum
- * wants it. UDP_CSUM_FINISH writes the checksum of the frame whose tail sums
+ * (the last 4 bytes) of the RoCE frame in ctx, shaped as udp_csum_len wants
+ * it and at least a RoCE frame's headers and ICRC long. UDP_CSUM_FINISH writes the checksum of the frame whose tail sums
  * to `tail`; UDP_CSUM_TAIL_OF returns what the tail of a frame whose nonzero
  * checksum adds up sums to (the whole sums to zero, so the tail is minus the
  * rest). Returns -1 if the frame has not that shape. Global: verified once.
@@ -162,9 +164,8 @@ __attribute__((noinline)) int incxdp_udp_csum_hdrs(struct xdp_md *ctx, int mode,
 
 	if ((void *)(w + (ROCE_HDRS_LEN - UDP_CSUM_UDP_OFF) / 4) > end)
 		return -1;
-	len = (__u32)(end - (void *)udp);
-	if (len != bpf_ntohs(udp->len) || len % 4 || len > ROCE_ICRC_MAX_FRAME ||
-	    len < ROCE_HDRS_LEN - UDP_CSUM_UDP_OFF + ROCE_ICRC_LEN)
+	len = udp_csum_len(udp, end);
+	if (len < ROCE_HDRS_LEN - UDP_CSUM_UDP_OFF + ROCE_ICRC_LEN)
 		return -1;
 	/* As in incxdp_roce_icrc: the bound again behind a barrier, on the
 	 * register the ICRC's address is made of. */
@@ -177,7 +178,7 @@ __attribute__((noinline)) int incxdp_udp_csum_hdrs(struct xdp_md *ctx, int mode,
 		return -1;
 	if (mode == UDP_CSUM_FINISH)
 		udp->check = 0;
-	sum = (__u64)ip->saddr + ip->daddr + bpf_htons(IPPROTO_UDP) + udp->len;
+	sum = udp_pseudo_sum(ip, udp);
 	/* The UDP header (2 words) and the BTH (3 words). */
 	sum += (__u64)w[0] + w[1] + w[2] + w[3] + w[4];
 	sum += *icrc;

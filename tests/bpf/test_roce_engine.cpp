@@ -215,13 +215,10 @@ TEST_F(RoceEngineTest, AChecksumThatComputesToZeroGoesAsAllOnes) {
     Bytes want = first.out;
     const size_t psn_at = kBth + 8, last_at = want.size() - ROCE_ICRC_LEN - 4;
     const size_t csum_at = kEth + kIp + 6;
-    want[psn_at + 1] = uint8_t((kParentTxBase + 1) >> 16);
-    want[psn_at + 2] = uint8_t((kParentTxBase + 1) >> 8);
-    want[psn_at + 3] = uint8_t(kParentTxBase + 1);
+    set32(want, psn_at, (kParentTxBase + 1) & ROCE_PSN_MASK); // no AckReq toward a parent
     std::optional<uint32_t> hit;
     for (uint32_t y = 0; y < (1u << 22) && !hit; y++) {
-        for (size_t i = 0; i < 4; i++)
-            want[last_at + i] = uint8_t(y >> (24 - 8 * i));
+        set32(want, last_at, y);
         set_icrc(want);
         want[csum_at] = want[csum_at + 1] = 0;
         if (udp_sum(want) == 0xffff) // ~sum == 0

@@ -29,6 +29,12 @@ inline void put32(Bytes &b, uint32_t v)
     put16(b, uint16_t(v >> 16));
     put16(b, uint16_t(v));
 }
+// Overwrites 4 bytes at `off`, big-endian.
+inline void set32(Bytes &b, size_t off, uint32_t v)
+{
+    for (size_t i = 0; i < 4; i++)
+        b.at(off + i) = uint8_t(v >> (24 - 8 * i));
+}
 inline uint16_t get16(const Bytes &b, size_t off) { return uint16_t(b.at(off) << 8 | b.at(off + 1)); }
 inline uint32_t get32(const Bytes &b, size_t off) { return uint32_t(get16(b, off)) << 16 | get16(b, off + 2); }
 
