@@ -100,6 +100,7 @@ CommStats &CommStats::operator+=(const CommStats &o) {
     results += o.results;
     retransmissions += o.retransmissions;
     fast_retransmits += o.fast_retransmits;
+    reorder = std::max(reorder, o.reorder);
     timeouts += o.timeouts;
     duplicates += o.duplicates;
     stale += o.stale;

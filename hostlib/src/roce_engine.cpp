@@ -13,6 +13,9 @@ namespace {
 
 // Frames are never longer than what we send; anything longer is not ours.
 constexpr size_t kRecvSlack = 64;
+// Later results before a missing one goes again, until reordering beyond
+// it is seen: what a software switch on one CPU swaps.
+constexpr uint64_t kMinReorder = 32;
 // ImmDt bits the result must echo: primitive, op and dtype (not dest_rank).
 constexpr uint32_t kImmKindMask = 0x0000ff00u | (3u << 14) | (3u << 12);
 // AETH syndrome classes (IBA 9.7.5.1.5): top three bits.
@@ -42,7 +45,8 @@ RoceEndpoint endpoint_of(const CommConfig &c) {
 RoceEngine::RoceEngine(const CommConfig &cfg, Transport &transport)
     : cfg_(cfg), transport_(transport), tmpl_(endpoint_of(cfg)),
       per_packet_(cfg.effective_elems_per_packet()),
-      max_frame_(RoceSendTemplate::frame_len(4 * size_t(per_packet_))), window_(cfg.window) {
+      max_frame_(RoceSendTemplate::frame_len(4 * size_t(per_packet_))), window_(cfg.window),
+      reorder_(kMinReorder) {
     send_mem_.resize(size_t(window_) * max_frame_);
     ring_.resize(window_);
     for (size_t i = 0; i < ring_.size(); ++i)
@@ -69,6 +73,7 @@ void RoceEngine::run(RocePackets &call, const char *what, CommStats &stats) {
     retries_ = 0;
     newest_ = scan_ = next_;
     fast_.clear();
+    stats.reorder = std::max(stats.reorder, reorder_);
     rto_ = cfg_.timeout;
     auto now = Clock::now();
     last_progress_ = now;
@@ -120,6 +125,8 @@ bool RoceEngine::build_next() {
     e.len = RoceSendTemplate::frame_len(4 * size_t(n));
     e.imm = imm;
     e.sends = 0;
+    e.fast = 0;
+    e.overtaken = 0;
     e.sealed = false;
     e.resulted = false;
     ++next_;
@@ -218,6 +225,8 @@ void RoceEngine::on_result(const RoceFrameView &v, Clock::time_point now) {
     int32_t d = roce_psn_diff(idx24, uint32_t(base_) & ROCE_PSN_MASK);
     if (d < 0) {
         ++stats_->duplicates; // an index whose result we already took
+        if (uint64_t(-int64_t(d)) <= base_)
+            note_duplicate_result(base_ - uint64_t(-int64_t(d)));
         return;
     }
     uint64_t idx = base_ + uint64_t(d);
@@ -228,6 +237,7 @@ void RoceEngine::on_result(const RoceFrameView &v, Clock::time_point now) {
     Entry &e = entry(idx);
     if (e.resulted) {
         ++stats_->duplicates;
+        note_duplicate_result(idx);
         return;
     }
     uint64_t k = idx - first_;
@@ -241,6 +251,11 @@ void RoceEngine::on_result(const RoceFrameView &v, Clock::time_point now) {
     ++done_;
     ++stats_->results;
     last_progress_ = now;
+    e.overtaken = newest_ > idx ? newest_ - idx : 0;
+    // Sent once: the distance is reordering, not a loss. Near the limit,
+    // the next one may be past it.
+    if (e.sends == 1 && 2 * e.overtaken > reorder_)
+        learn_reorder(e.overtaken);
     note_later_result(idx);
     if (idx == base_) {
         while (base_ < next_ && entry(base_).resulted)
@@ -275,21 +290,48 @@ void RoceEngine::on_ack(const RoceFrameView &v, Clock::time_point now) {
         go_back(idx, now);
 }
 
-// Results come back nearly in order (the switches complete slots in PSN
-// order; only two CPUs finishing neighbours at once, or a detour, swap a
-// few). An index kFastAfter below the newest result that still has none
-// lost its frame or its result: resend that one frame now rather than wait
-// for the timer. Unneeded, it costs one frame: the switch answers a
-// duplicate with the result it holds, or an ACK.
+// Results come back nearly in order: the switches complete slots in PSN
+// order, and only two CPUs finishing neighbours at once, or a detour, swap
+// a few. An index reorder_ below the newest result that still has none lost
+// its frame or its result: resend that one frame now rather than wait for
+// the timer. Unneeded, it costs one frame: the switch answers a duplicate
+// with the result it holds, or an ACK.
 void RoceEngine::note_later_result(uint64_t idx) {
-    constexpr uint64_t kFastAfter = 32;
     newest_ = std::max(newest_, idx);
     scan_ = std::max(scan_, base_);
-    for (; scan_ + kFastAfter <= newest_; ++scan_) {
+    for (; scan_ + reorder_ <= newest_; ++scan_) {
         const Entry &e = entry(scan_);
         if (!e.resulted && e.sends > 0)
             fast_.push_back(scan_);
     }
+}
+
+// A second result for an index sent twice, once by fast retransmit: both
+// copies got through, so the first result was only late (a switch spreading
+// completions over CPUs or RX queues reorders by up to a NAPI batch each).
+// What overtook it is what the limit must let pass. An index resent by
+// go-back-N too, or whose entry a later index took over, says nothing.
+void RoceEngine::note_duplicate_result(uint64_t idx) {
+    if (idx >= next_ || next_ - idx > window_)
+        return;
+    Entry &e = entry(idx);
+    if (e.resulted && e.fast == 1 && e.sends == 2) {
+        e.fast = 0; // once per index: a third copy says nothing new
+        learn_reorder(e.overtaken);
+    }
+}
+
+// Twice the reordering seen, as headroom; grown only on evidence, as TCP
+// raises its reordering estimate and RACK its reordering window when a
+// DSACK shows a retransmission was spurious. At most a quarter of the
+// window: beyond that a real loss would wait for the window to stall.
+void RoceEngine::learn_reorder(uint64_t overtaken) {
+    uint64_t cap = std::max<uint64_t>(kMinReorder, window_ / 4);
+    uint64_t want = std::min(2 * overtaken, cap);
+    if (want <= reorder_)
+        return;
+    reorder_ = want;
+    stats_->reorder = std::max(stats_->reorder, reorder_);
 }
 
 // One frame per listed index, for those still waiting for their result;
@@ -313,8 +355,10 @@ void RoceEngine::send_singles(std::vector<uint64_t> &idxs, bool fast, Clock::tim
         ++e.sends;
         e.sent_at = now;
         ++stats_->retransmissions;
-        if (fast)
+        if (fast) {
             ++stats_->fast_retransmits;
+            ++e.fast;
+        }
         ++stats_->packets_sent;
         stats_->bytes_sent += e.len;
     }

@@ -42,6 +42,8 @@ class RoceEngine final : public RoceLink {
         size_t len = 0;
         uint32_t imm = 0;
         uint32_t sends = 0;  ///< times handed to the transport
+        uint32_t fast = 0;   ///< of those, fast retransmits
+        uint64_t overtaken = 0; ///< later results already in when its own came
         Clock::time_point sent_at{}; ///< the last time
         bool sealed = false; ///< PSN, AckReq and ICRC written (at the first send)
         bool resulted = false;
@@ -57,6 +59,8 @@ class RoceEngine final : public RoceLink {
     void on_ack(const RoceFrameView &v, Clock::time_point now);
     void go_back(uint64_t from, Clock::time_point now);
     void note_later_result(uint64_t idx);
+    void note_duplicate_result(uint64_t idx);
+    void learn_reorder(uint64_t overtaken);
     void send_singles(std::vector<uint64_t> &idxs, bool fast, Clock::time_point now);
     void resend_overdue(Clock::time_point now);
     void on_timer(Clock::time_point now);
@@ -78,6 +82,9 @@ class RoceEngine final : public RoceLink {
     uint64_t base_ = 0; ///< oldest index without a result (== next_ between calls)
     uint64_t next_ = 0; ///< next index to build
     uint64_t tx_ = 0;   ///< next index to hand to the transport (< next_: going back)
+    /// Later results that may come back before a missing one goes again
+    /// (fast retransmit); grows with the reordering seen, never shrinks.
+    uint64_t reorder_;
 
     // The current call.
     RocePackets *call_ = nullptr;

@@ -36,6 +36,7 @@ json stats_json(const CommStats &s) {
             {"packets_received", s.packets_received},
             {"retransmissions", s.retransmissions},
             {"fast_retransmits", s.fast_retransmits},
+            {"reorder", s.reorder},
             {"timeouts", s.timeouts},
             {"duplicates", s.duplicates},
             {"stale", s.stale},

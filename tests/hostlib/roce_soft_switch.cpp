@@ -15,7 +15,6 @@ namespace {
 using detail::RoceFrameView;
 using detail::RoceParse;
 
-constexpr uint64_t kLateDelay = 16; // frames to the same rank before a late one
 constexpr uint32_t kImmKindMask = 0x0000ff00u | (3u << 14) | (3u << 12);
 
 uint64_t splitmix64(uint64_t x) {
@@ -329,7 +328,7 @@ void SoftRoceNet::deliver(uint32_t r, std::vector<std::byte> f) {
     }
     if (chance(cfg_.late_down)) {
         ++c_.late;
-        late_[r].push_back({delivered_[r] + kLateDelay, std::move(f)});
+        late_[r].push_back({delivered_[r] + cfg_.late_by, std::move(f)});
         return;
     }
     int copies = chance(cfg_.dup_down) ? 2 : 1;

@@ -41,7 +41,8 @@ struct SoftSwitchConfig {
     double dup_up = 0, dup_down = 0;
     double corrupt_down = 0; ///< flip a payload/header byte: the host must see a bad ICRC
     double corrupt_up = 0;   ///< the switch must drop it (bad ICRC)
-    double late_down = 0;    ///< deliver ~16 frames later (results out of order)
+    double late_down = 0;    ///< deliver late_by frames later (results out of order)
+    uint32_t late_by = 16;   ///< frames to the same rank that overtake a late one
     uint64_t seed = 1;
     bool any_order = false; ///< take a host's SENDs in any order within the pool, never NAK
 };

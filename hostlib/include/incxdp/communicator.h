@@ -148,6 +148,9 @@ struct CommStats {
     uint64_t results = 0;         ///< results accepted (one per step)
     uint64_t retransmissions = 0; ///< packets sent again (timeout, NAK or fast retransmit)
     uint64_t fast_retransmits = 0; ///< roce: of those, resent because later results came back
+    /// roce: how many later results may come back before a missing one is
+    /// resent (learnt from the reordering seen; a maximum, not a sum)
+    uint64_t reorder = 0;
     uint64_t timeouts = 0;        ///< retransmission timer expiries
     uint64_t duplicates = 0;      ///< results of this call for an already finished step
     uint64_t stale = 0;           ///< results of another call, set or slot
