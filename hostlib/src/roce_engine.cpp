@@ -225,8 +225,8 @@ void RoceEngine::on_result(const RoceFrameView &v, Clock::time_point now) {
     int32_t d = roce_psn_diff(idx24, uint32_t(base_) & ROCE_PSN_MASK);
     if (d < 0) {
         ++stats_->duplicates; // an index whose result we already took
-        if (uint64_t(-int64_t(d)) <= base_)
-            note_duplicate_result(base_ - uint64_t(-int64_t(d)));
+        if (uint64_t back = uint64_t(-int64_t(d)); back <= base_)
+            note_duplicate_result(base_ - back);
         return;
     }
     uint64_t idx = base_ + uint64_t(d);
@@ -309,16 +309,15 @@ void RoceEngine::note_later_result(uint64_t idx) {
 // A second result for an index sent twice, once by fast retransmit: both
 // copies got through, so the first result was only late (a switch spreading
 // completions over CPUs or RX queues reorders by up to a NAPI batch each).
-// What overtook it is what the limit must let pass. An index resent by
-// go-back-N too, or whose entry a later index took over, says nothing.
+// What overtook it is what the limit must let pass (a third copy asks for
+// the same again). An index resent by go-back-N too, or whose entry a later
+// index took over, says nothing.
 void RoceEngine::note_duplicate_result(uint64_t idx) {
     if (idx >= next_ || next_ - idx > window_)
         return;
-    Entry &e = entry(idx);
-    if (e.resulted && e.fast == 1 && e.sends == 2) {
-        e.fast = 0; // once per index: a third copy says nothing new
+    const Entry &e = entry(idx);
+    if (e.resulted && e.fast == 1 && e.sends == 2)
         learn_reorder(e.overtaken);
-    }
 }
 
 // Twice the reordering seen, as headroom; grown only on evidence, as TCP

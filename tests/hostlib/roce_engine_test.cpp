@@ -347,37 +347,53 @@ TEST(RoceEngine, AnyOrderResendsOnlyWhatIsMissingUnderFivePercentLoss) {
     RecordProperty("go_back_n_retransmissions", int(strict_retx));
 }
 
-// A rank's config from the topology follows its job's host_order: the
-// engine's resend policy and its first timeout.
-// A switch that spreads completions over CPUs or RX queues returns results
-// out of order by more than the 32 fast retransmit starts with. Here 2% of
-// results come 100 later, and 0.5% are lost. The first late ones are resent
-// for nothing, their second results teach the engine the reordering, and
-// from then on only lost results go again early: ≈80-105 fast retransmits
-// for ≈70 frames lost. Without the learning, each late result costs one
-// too (≈320).
-TEST(RoceEngine, FastRetransmitLearnsHowFarResultsAreReordered) {
+namespace {
+
+// 2% of results `late_by` frames late and `drop_down` of the down frames
+// lost, window and pool 512 (the learnt limit's cap is 128), an AllReduce
+// of `packets` packets per rank, checked; the switch's and ranks' counters.
+struct LateRun {
+    SoftSwitchCounters sc;
+    CommStats t;
+};
+
+LateRun allreduce_with_late_results(uint32_t late_by, double drop_down, uint64_t seed,
+                                    size_t packets) {
     RoceOptions o;
     o.window = 512;
     o.sw.pool = 512;
     o.elems = 64;
     o.sw.late_down = 0.02;
-    o.sw.late_by = 100;
-    o.sw.drop_down = 0.005;
-    o.sw.seed = 11;
+    o.sw.late_by = late_by;
+    o.sw.drop_down = drop_down;
+    o.sw.seed = seed;
     RoceCluster cl(o);
-    check_allreduce<int32_t>(cl, ReduceOp::Sum, 64 * 3000, 5, false);
-    auto sc = cl.net().counters();
-    expect_switch_clean(sc);
+    check_allreduce<int32_t>(cl, ReduceOp::Sum, 64 * packets, seed, false);
+    LateRun r{cl.net().counters(), cl.total()};
+    expect_switch_clean(r.sc);
+    return r;
+}
+
+} // namespace
+
+// A switch that spreads completions over CPUs or RX queues returns results
+// out of order by more than the 32 fast retransmit starts with. Here 2% of
+// results come 100 later, and 0.5% are lost. The first late ones are resent
+// for nothing, their second results teach the engine the reordering, and
+// from then on only lost results go again early: ≈80-115 fast retransmits
+// for ≈70 frames lost. Without the learning, each late result costs one
+// too (≈300).
+TEST(RoceEngine, FastRetransmitLearnsHowFarResultsAreReordered) {
+    constexpr uint32_t kRanks = SoftSwitchConfig{}.ranks;
+    auto [sc, t] = allreduce_with_late_results(100, 0.005, 11, 3000);
     ASSERT_GT(sc.late, 100u);
     ASSERT_GT(sc.lost, 20u);
-    CommStats t = cl.total();
     EXPECT_GE(t.reorder, 100u) << "results came 100 late";
     EXPECT_LE(t.reorder, 512u / 4) << "at most a quarter of the window";
     EXPECT_GE(t.fast_retransmits, sc.lost / 2) << "lost results still go again before the timer";
     // Learning takes two or three doublings per rank (32 -> ~66 -> 128), with
     // the two or so late results each window of 100 holds resent at each.
-    EXPECT_LE(t.fast_retransmits, sc.lost + 16 * cl.ranks())
+    EXPECT_LE(t.fast_retransmits, sc.lost + 16 * kRanks)
         << "late results resent beyond learning: " << sc.late << " late, " << sc.lost << " lost";
     RecordProperty("fast_retransmits", int(t.fast_retransmits));
 }
@@ -385,19 +401,8 @@ TEST(RoceEngine, FastRetransmitLearnsHowFarResultsAreReordered) {
 // Results late by less than the limit cost nothing, but one more than half
 // of it late raises the limit before the next one is resent.
 TEST(RoceEngine, ResultsLateByNearlyTheLimitRaiseIt) {
-    RoceOptions o;
-    o.window = 512;
-    o.sw.pool = 512;
-    o.elems = 64;
-    o.sw.late_down = 0.02;
-    o.sw.late_by = 24;
-    o.sw.seed = 12;
-    RoceCluster cl(o);
-    check_allreduce<int32_t>(cl, ReduceOp::Sum, 64 * 1000, 6, false);
-    auto sc = cl.net().counters();
-    expect_switch_clean(sc);
+    auto [sc, t] = allreduce_with_late_results(24, 0, 12, 1000);
     ASSERT_GT(sc.late, 20u);
-    CommStats t = cl.total();
     // Twice what overtook a late one: ~24 results, a few more where two
     // late ones overlap; far below the cap (128).
     EXPECT_GE(t.reorder, 40u) << "results came 24 late";
@@ -405,6 +410,8 @@ TEST(RoceEngine, ResultsLateByNearlyTheLimitRaiseIt) {
     EXPECT_EQ(t.fast_retransmits, 0u);
 }
 
+// A rank's config from the topology follows its job's host_order: the
+// engine's resend policy and its first timeout.
 TEST(RoceEngine, ConfigFromTopologyFollowsTheJobsHostOrder) {
     namespace fs = std::filesystem;
     const std::string shipped = std::string(INCXDP_SOURCE_DIR) + "/topo/topologies/tree124.yaml";
