@@ -272,6 +272,78 @@ TEST_F(Tree124, AllReduceWithInc_EmulationsOneKilobytePackets)
     run(s);
 }
 
+// What `scripts/bench-tree --solo` measures: every rank alone in a one-rank
+// job rooted at its own leaf, the four jobs at once, two side by side in each
+// leaf's engine (two pools). Each rank gets its own values back, and nothing
+// of these jobs crosses the root.
+TEST_F(Tree124, OneRankJobsRootedAtTheLeavesRunSideBySide)
+{
+    namespace fs = std::filesystem;
+    const auto plan = topo::plan_tree(topo::Topology::load_file(file_), 1);
+    std::string text = read_text(file_);
+    ASSERT_NE(text.find("\njobs:"), std::string::npos) << file_;
+    text = text.substr(0, text.find("\njobs:")) + "\njobs:\n";
+    for (uint32_t r = 0; r < ranks_.size(); r++) {
+        const std::string &leaf = plan.conn_of_rank(r).parent;
+        text += "  - {id: " + std::to_string(r + 1) + ", kind: roce-tree, switch: " + leaf + ", workers: [" +
+                ranks_[r] + "], slots: " + std::to_string(plan.sw(leaf).pool_size) + "}\n";
+    }
+    const std::string solo = (fs::temp_directory_path() / ("incxdp-solo-" + std::to_string(getpid()) + ".yaml")).string();
+    std::ofstream(solo) << text;
+    // The tree's own job back whatever happens: the suite goes on.
+    struct Restore {
+        Tree124 *t;
+        std::string solo;
+        ~Restore()
+        {
+            auto c = t->cli({"rules", "clear", solo, "--prefix", prefix_, "--pin-root", pin_root_});
+            EXPECT_EQ(c.status, 0) << c.out << c.err;
+            std::filesystem::remove(solo);
+            auto a = rules_apply();
+            EXPECT_EQ(a.status, 0) << a.out << a.err;
+        }
+    } restore{this, solo};
+    auto clear = cli({"rules", "clear", file_, "--prefix", prefix_, "--pin-root", pin_root_});
+    ASSERT_EQ(clear.status, 0) << clear.out << clear.err;
+    for (const auto &sw : switches_)
+        stats(sw, true);
+
+    for (const char *prim : {"allreduce", "broadcast"}) {
+        // A worker starts its job at idx 0: the jobs installed afresh.
+        auto apply =
+            cli({"rules", "apply", solo, "--prefix", prefix_, "--pin-root", pin_root_, "--mode", INCXDP_E2E_MODE});
+        ASSERT_EQ(apply.status, 0) << apply.out << apply.err;
+        std::vector<std::future<proc::ProcResult>> futs;
+        for (size_t rank = 0; rank < ranks_.size(); rank++)
+            futs.push_back(std::async(std::launch::async, [&, rank] {
+                return in_node(ranks_[rank], {INCXDP_WORKER, "--topo", solo, "--job", std::to_string(rank + 1),
+                                              "--rank", "0", "--transport", "roce", "--prim", prim, "--size", "4M",
+                                              "--elems", "256", "--verify", "--deadline", "120"});
+            }));
+        for (size_t rank = 0; rank < futs.size(); rank++) {
+            auto r = futs[rank].get();
+            EXPECT_EQ(r.status, 0) << prim << ", job " << rank + 1 << ":\n" << r.out << r.err;
+            EXPECT_NE(r.out.find("verify OK"), std::string::npos) << prim << ", job " << rank + 1 << ":\n" << r.out;
+        }
+    }
+    for (const auto &sw : switches_) {
+        auto st = stats(sw);
+        const bool leaf = sw != plan.root;
+        EXPECT_EQ(st["roce_up"], 0u) << sw << ": a one-rank job's root sends nothing up";
+        if (leaf) {
+            EXPECT_GT(st["roce_down"], 0u) << sw << ": no result went down";
+        } else {
+            for (const auto &[k, v] : st) {
+                if (k.starts_with("roce_")) {
+                    EXPECT_EQ(v, 0u) << sw << ": " << k << ": the jobs crossed the root";
+                }
+            }
+        }
+        for (const char *k : {"roce_bad_icrc", "roce_unknown_qp", "roce_malformed", "roce_mismatch"})
+            EXPECT_EQ(st[k], 0u) << sw << ": " << k;
+    }
+}
+
 // Path MTU 4096 messages: 832 elements (3328 B), the largest single-packet
 // payload an XDP buffer on the 3500 B links carries; every ICRC checked on the
 // way.
