@@ -31,7 +31,6 @@
 #include "capture.h"
 #include "chaos_xdp.h"
 
-#define INCXDP_XSK_MAX_QUEUES 64
 #define LOOPBACK_IFINDEX 1
 /*
  * incxdp_tx_frames entries: a __u32 frame length (host order) at offset 0,
@@ -51,6 +50,11 @@ const volatile __u32 xsk_tx_ifindex = 0;
 
 /* Index of the next frame to send; the host sets it per batch. */
 __u32 xsk_tx_next = 0;
+
+/* Frames for the worker on a queue without a socket, by queue, and their
+ * total, which the transport polls (incxdp/xsk.h). */
+__u64 xsk_missed[INCXDP_XSK_MAX_QUEUES] = {};
+__u64 xsk_missed_total = 0;
 
 struct tx_frame {
 	__u32 len;
@@ -107,7 +111,13 @@ static __always_inline int xsk_steer(struct xdp_md *ctx)
 	if (!udp || udp->dest != xsk_local_port)
 		return count(INCXDP_XSK_PASSED, XDP_PASS);
 	verdict = bpf_redirect_map(&incxdp_xsks, ctx->rx_queue_index, XDP_PASS);
-	return count(verdict == XDP_REDIRECT ? INCXDP_XSK_REDIRECTED : INCXDP_XSK_NO_SOCKET, verdict);
+	if (verdict == XDP_REDIRECT)
+		return count(INCXDP_XSK_REDIRECTED, verdict);
+	if (ctx->rx_queue_index < INCXDP_XSK_MAX_QUEUES) {
+		__sync_fetch_and_add(&xsk_missed[ctx->rx_queue_index], 1);
+		__sync_fetch_and_add(&xsk_missed_total, 1);
+	}
+	return count(INCXDP_XSK_NO_SOCKET, verdict);
 }
 
 /*

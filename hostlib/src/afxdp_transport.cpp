@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// The AF_XDP transport: one umem and one XDP socket per worker (copy mode,
-// which is what veth offers), incxdp_xsk steering the worker's UDP port to
-// it, frames built and parsed here (frame.h). docs/HOSTLIB.md §5,
-// docs/PERF.md.
+// The AF_XDP transport: an XDP socket (copy mode, which is what veth offers)
+// with its own umem on every rx queue that frames for the worker arrive on,
+// incxdp_xsk steering the worker's UDP port to them, frames built and parsed
+// here (frame.h). docs/HOSTLIB.md §5, docs/PERF.md.
 #include <incxdp/transport.h>
 
 #include "frame.h"
 #include "incxdp_xsk.skel.h"
+#include "xsk_queue_socket.h"
 #include <incxdp/capture.h>
 #include <incxdp/chaos.h>
 #include <incxdp/netdev_xdp.h>
 #include <incxdp/xdp_frags.h>
 #include <incxdp/xdp_prog_maps.h>
+#include <incxdp/xsk.h>
 
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
@@ -33,17 +35,11 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
 #include <vector>
-
-#ifndef SOL_XDP
-#define SOL_XDP 283
-#endif
-#ifndef XDP_MAX_TX_SKB_BUDGET
-#define XDP_MAX_TX_SKB_BUDGET 9 // Linux 6.17+: frames per sendto in copy mode (default 32)
-#endif
 
 namespace incxdp {
 namespace {
@@ -53,6 +49,8 @@ using detail::FrameStack;
 using detail::FrameTemplate;
 using detail::kFrameHdrLen;
 using detail::Mac;
+using detail::XskQueueConfig;
+using detail::XskQueueSocket;
 
 [[noreturn]] void fail(int err, const std::string &what) {
     throw std::system_error(err, std::generic_category(), what);
@@ -64,13 +62,6 @@ uint32_t parse_ipv4(const std::string &ip, const char *what) {
         throw std::invalid_argument(
             fmt::format("afxdp transport: {} '{}' is not an IPv4 address", what, ip));
     return a.s_addr;
-}
-
-uint32_t pow2_at_least(uint32_t n) {
-    uint32_t p = 1;
-    while (p < n)
-        p <<= 1;
-    return p;
 }
 
 // The interface that holds `ip` in this network namespace.
@@ -176,9 +167,8 @@ class AfXdpTransport final : public Transport {
                 notes += (notes.empty() ? "" : ", ") + ("tx ring: no XDP transmit on " + ifname_);
             }
         }
-        describe_ = fmt::format("afxdp {}:{} -> {}:{} on {} queue {}{}", cfg.local_ip,
-                                cfg.local_port, cfg.remote_ip, cfg.remote_port, ifname_, cfg.queue,
-                                notes.empty() ? "" : " (" + notes + ")");
+        notes_ = notes;
+        describe_queues();
         if (kFrameHdrLen + cfg.max_payload > cfg.frame_size ||
             (info.mtu && 28 + cfg.max_payload > info.mtu))
             throw std::invalid_argument(
@@ -211,17 +201,17 @@ class AfXdpTransport final : public Transport {
         reap_completions();
         uint32_t want = uint32_t(std::min({pkts.size(), tx_free_.available(), cfg_.batch}));
         uint32_t idx = 0;
-        uint32_t n = want ? xsk_ring_prod__reserve(&tx_, want, &idx) : 0;
+        uint32_t n = want ? xsk_ring_prod__reserve(&tx(), want, &idx) : 0;
         for (uint32_t i = 0; i < n; ++i) {
             const auto &p = pkts[i];
             uint64_t addr = *tx_free_.pop();
-            auto *frame = static_cast<std::byte *>(xsk_umem__get_data(umem_area_, addr));
-            xdp_desc *d = xsk_ring_prod__tx_desc(&tx_, idx + i);
+            std::byte *frame = socks_.front()->frame(addr);
+            xdp_desc *d = xsk_ring_prod__tx_desc(&tx(), idx + i);
             d->addr = addr;
             d->len = uint32_t(put_frame(frame, p));
         }
         if (n) {
-            xsk_ring_prod__submit(&tx_, n);
+            xsk_ring_prod__submit(&tx(), n);
             kick_tx();
         }
         return n;
@@ -230,15 +220,14 @@ class AfXdpTransport final : public Transport {
     size_t recv_views(std::span<std::span<const std::byte>> out, size_t) override {
         release_rx();
         reap_completions();
-        uint32_t idx = 0;
-        uint32_t n = xsk_ring_cons__peek(&rx_, uint32_t(std::min(out.size(), cfg_.batch)), &idx);
-        held_ = n;
+        size_t want = std::min(out.size(), cfg_.batch);
+        frames_.clear();
+        // Every queue's socket, starting one further each time: none starves.
+        for (size_t i = 0; i < socks_.size() && frames_.size() < want; ++i)
+            socks_[(next_sock_ + i) % socks_.size()]->peek(want - frames_.size(), frames_);
+        next_sock_ = (next_sock_ + 1) % socks_.size();
         size_t k = 0;
-        for (uint32_t i = 0; i < n; ++i) {
-            const xdp_desc *d = xsk_ring_cons__rx_desc(&rx_, idx + i);
-            held_addrs_[i] = d->addr;
-            std::span<const std::byte> frame(
-                static_cast<const std::byte *>(xsk_umem__get_data(umem_area_, d->addr)), d->len);
+        for (const auto &frame : frames_) {
             if (cfg_.raw_frames) {
                 out[k++] = frame; // incxdp_xsk steered it: local_ip:local_port
                 continue;
@@ -268,10 +257,15 @@ class AfXdpTransport final : public Transport {
         // Frames of the last receive go back first, or the kernel may run
         // out of fill-ring frames while we sleep.
         release_rx();
-        pollfd p{xsk_socket__fd(xsk_), short(POLLIN | (want_send ? POLLOUT : 0)), 0};
+        follow_queues();
+        polls_.clear();
+        for (const auto &sock : socks_)
+            polls_.push_back({sock->fd(), POLLIN, 0});
+        if (want_send)
+            polls_.front().events |= POLLOUT;
         auto ns = std::max<int64_t>(timeout.count(), 0);
         timespec ts{time_t(ns / 1000000000), long(ns % 1000000000)};
-        if (::ppoll(&p, 1, &ts, nullptr) < 0 && errno != EINTR)
+        if (::ppoll(polls_.data(), polls_.size(), &ts, nullptr) < 0 && errno != EINTR)
             fail(errno, fmt::format("{}: ppoll", describe_));
         if (want_send && !live_mem_)
             kick_tx();
@@ -279,17 +273,31 @@ class AfXdpTransport final : public Transport {
 
     bool frames_grow_at_switch() const override { return live_mem_ != nullptr; }
 
-    std::string describe() const override { return describe_; }
+    // In every error and timeout message: with follow_queues off, frames for
+    // us on queues without a socket are the likely reason for a stall.
+    std::string describe() const override {
+        uint64_t missed = skel_ ? __atomic_load_n(&skel_->bss->xsk_missed_total, __ATOMIC_RELAXED) : 0;
+        if (!missed || cfg_.follow_queues)
+            return describe_;
+        std::string queues;
+        for (uint32_t q = 0; q < INCXDP_XSK_MAX_QUEUES; ++q)
+            if (__atomic_load_n(&skel_->bss->xsk_missed[q], __ATOMIC_RELAXED))
+                queues += (queues.empty() ? "" : ",") + std::to_string(q);
+        return fmt::format("{}; {} frame{} for it arrived on rx queue{} {} without a socket "
+                           "(follow_queues is off: steer them to queue {}, e.g. `ethtool -N {} flow-type "
+                           "udp4 dst-port {} action {}`, or turn it on)",
+                           describe_, missed, missed == 1 ? "" : "s", queues.find(',') == std::string::npos ? "" : "s",
+                           queues, cfg_.queue, ifname_, cfg_.local_port, cfg_.queue);
+    }
 
     // The kernel's own count (XDP_STATISTICS): a frame redirected here is
     // dropped when the rx ring is full (rx_ring_full) or no fill-ring frame
     // is left for it (rx_dropped, which also counts oversized frames).
     uint64_t rx_dropped() const override {
-        xdp_statistics st{};
-        socklen_t len = sizeof(st);
-        if (getsockopt(xsk_socket__fd(xsk_), SOL_XDP, XDP_STATISTICS, &st, &len) != 0)
-            fail(errno, fmt::format("{}: getsockopt XDP_STATISTICS", describe_));
-        return st.rx_dropped + st.rx_ring_full;
+        uint64_t n = 0;
+        for (const auto &sock : socks_)
+            n += sock->dropped();
+        return n;
     }
 
   private:
@@ -383,24 +391,6 @@ class AfXdpTransport final : public Transport {
     }
 
     void setup() {
-        // Live-frame sending needs no umem frames of its own.
-        size_t frames = size_t(cfg_.rx_frames) + (cfg_.tx_live_frames ? 0 : cfg_.tx_frames);
-        umem_size_ = frames * cfg_.frame_size;
-        void *mem = mmap(nullptr, umem_size_, PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-        if (mem == MAP_FAILED)
-            fail(errno, fmt::format("{}: mmap umem of {} B", describe_, umem_size_));
-        umem_area_ = mem;
-
-        xsk_umem_config ucfg{};
-        ucfg.fill_size = pow2_at_least(cfg_.rx_frames);
-        ucfg.comp_size = pow2_at_least(cfg_.tx_frames);
-        ucfg.frame_size = cfg_.frame_size;
-        ucfg.frame_headroom = 0;
-        ucfg.flags = 0;
-        if (int err = xsk_umem__create(&umem_, umem_area_, umem_size_, &fill_, &comp_, &ucfg))
-            fail(-err, fmt::format("{}: create umem", describe_));
-
         // Our program, loaded before the socket so the socket can enter its map.
         skel_ = incxdp_xsk__open();
         if (!skel_)
@@ -417,52 +407,64 @@ class AfXdpTransport final : public Transport {
         if (int err = incxdp_xsk__load(skel_))
             fail(-err, fmt::format("{}: load incxdp_xsk (needs CAP_BPF)", describe_));
 
-        xsk_socket_config scfg{};
-        scfg.rx_size = pow2_at_least(cfg_.rx_frames);
-        scfg.tx_size = pow2_at_least(cfg_.tx_frames);
-        scfg.libxdp_flags = XSK_LIBXDP_FLAGS__INHIBIT_PROG_LOAD;
-        scfg.xdp_flags = XDP_FLAGS_DRV_MODE;
-        scfg.bind_flags = XDP_COPY | XDP_USE_NEED_WAKEUP;
-        // EBUSY: the queue still holds the buffer pool of a socket closed a
-        // moment ago (the kernel releases it from a work item), e.g. the
-        // previous worker process on this interface. It clears in
-        // milliseconds; give it a few seconds.
-        int err = 0;
-        for (int attempt = 0; attempt < 150; ++attempt) {
-            err = xsk_socket__create(&xsk_, ifname_.c_str(), cfg_.queue, umem_, &rx_,
-                                     cfg_.tx_live_frames ? nullptr : &tx_, &scfg);
-            if (err != -EBUSY)
-                break;
-            xsk_ = nullptr;
-            ::usleep(20000);
-        }
-        if (err)
-            fail(-err, fmt::format("{}: create AF_XDP socket (copy mode){}", describe_,
-                                   err == -EBUSY ? " (queue still busy: another AF_XDP socket "
-                                                   "on it?)"
-                                                 : ""));
-        // More frames per sendto in copy mode where the kernel allows it.
-        int budget = int(std::max<size_t>(cfg_.batch, 32));
-        (void)setsockopt(xsk_socket__fd(xsk_), SOL_XDP, XDP_MAX_TX_SKB_BUDGET, &budget,
-                         sizeof(budget));
-
-        // Every rx frame starts in the fill ring.
-        uint32_t idx = 0;
-        if (xsk_ring_prod__reserve(&fill_, cfg_.rx_frames, &idx) != cfg_.rx_frames)
-            fail(ENOSPC, fmt::format("{}: fill ring", describe_));
-        for (uint32_t i = 0; i < cfg_.rx_frames; ++i)
-            *xsk_ring_prod__fill_addr(&fill_, idx + i) = uint64_t(i) * cfg_.frame_size;
-        xsk_ring_prod__submit(&fill_, cfg_.rx_frames);
-        held_addrs_.resize(std::max<size_t>(cfg_.batch, 1));
-
-        int map_fd = bpf_map__fd(skel_->maps.incxdp_xsks);
-        uint32_t key = cfg_.queue;
-        int xfd = xsk_socket__fd(xsk_);
-        if (bpf_map_update_elem(map_fd, &key, &xfd, BPF_ANY) < 0)
-            fail(errno, fmt::format("{}: add the socket to incxdp_xsks", describe_));
+        // The first socket also sends, through its tx ring, unless live
+        // frames do (they need no umem frames of their own).
+        bind_queue(cfg_.queue, cfg_.tx_live_frames ? 0 : cfg_.tx_frames);
         if (cfg_.tx_live_frames)
             setup_live(mtu_);
         attach();
+    }
+
+    // A socket on rx queue `queue`, in incxdp_xsks.
+    void bind_queue(uint32_t queue, uint32_t tx_frames) {
+        if (queue >= INCXDP_XSK_MAX_QUEUES)
+            throw std::invalid_argument(fmt::format("{}: rx queue {}: incxdp_xsk steers to queues 0..{} only",
+                                                    describe_, queue, INCXDP_XSK_MAX_QUEUES - 1));
+        XskQueueConfig q;
+        q.ifname = ifname_;
+        q.queue = queue;
+        q.frame_size = cfg_.frame_size;
+        q.rx_frames = cfg_.rx_frames;
+        q.tx_frames = tx_frames;
+        q.batch = cfg_.batch;
+        q.describe = describe_;
+        auto sock = std::make_unique<XskQueueSocket>(q);
+        int map_fd = bpf_map__fd(skel_->maps.incxdp_xsks);
+        int xfd = sock->fd();
+        if (bpf_map_update_elem(map_fd, &queue, &xfd, BPF_ANY) < 0)
+            fail(errno, fmt::format("{}: add the socket of rx queue {} to incxdp_xsks", describe_, queue));
+        socks_.push_back(std::move(sock));
+        describe_queues();
+    }
+
+    // Frames for us on a queue without a socket (incxdp_xsk counts them by
+    // queue): a NIC's RSS or, on veth, the sending CPU chose that queue, and
+    // will again. Bind a socket there; what was lost meanwhile comes back by
+    // retransmission.
+    void follow_queues() {
+        if (!cfg_.follow_queues)
+            return;
+        uint64_t total = __atomic_load_n(&skel_->bss->xsk_missed_total, __ATOMIC_RELAXED);
+        if (total == missed_seen_)
+            return;
+        missed_seen_ = total;
+        for (uint32_t q = 0; q < INCXDP_XSK_MAX_QUEUES; ++q) {
+            if (!__atomic_load_n(&skel_->bss->xsk_missed[q], __ATOMIC_RELAXED))
+                continue;
+            if (std::none_of(socks_.begin(), socks_.end(), [q](const auto &s) { return s->queue() == q; }))
+                bind_queue(q, 0);
+        }
+    }
+
+    void describe_queues() {
+        std::string queues;
+        for (const auto &sock : socks_)
+            queues += (queues.empty() ? "" : ",") + std::to_string(sock->queue());
+        if (queues.empty())
+            queues = std::to_string(cfg_.queue);
+        describe_ = fmt::format("afxdp {}:{} -> {}:{} on {} queue{} {}{}", cfg_.local_ip, cfg_.local_port,
+                                cfg_.remote_ip, cfg_.remote_port, ifname_, socks_.size() > 1 ? "s" : "",
+                                queues, notes_.empty() ? "" : " (" + notes_ + ")");
     }
 
     // Two tools keep their state in the maps of the program on the
@@ -555,15 +557,7 @@ class AfXdpTransport final : public Transport {
         if (live_mem_)
             munmap(live_mem_, live_map_size_);
         live_mem_ = nullptr;
-        if (xsk_)
-            xsk_socket__delete(xsk_);
-        xsk_ = nullptr;
-        if (umem_)
-            xsk_umem__delete(umem_);
-        umem_ = nullptr;
-        if (umem_area_)
-            munmap(umem_area_, umem_size_);
-        umem_area_ = nullptr;
+        socks_.clear(); // a socket leaves incxdp_xsks when it closes
         if (skel_)
             incxdp_xsk__destroy(skel_);
         skel_ = nullptr;
@@ -572,42 +566,40 @@ class AfXdpTransport final : public Transport {
         old_fd_ = -1;
     }
 
-    // Hand the frames of the last receive back to the kernel's fill ring.
+    // Hand the frames of the last receive back to the kernel's fill rings.
     void release_rx() {
-        if (!held_)
-            return;
-        uint32_t idx = 0;
-        uint32_t n = xsk_ring_prod__reserve(&fill_, held_, &idx);
-        // The fill ring holds every rx frame, so there is always room.
-        for (uint32_t i = 0; i < n; ++i)
-            *xsk_ring_prod__fill_addr(&fill_, idx + i) =
-                held_addrs_[i] & ~uint64_t(cfg_.frame_size - 1);
-        xsk_ring_prod__submit(&fill_, n);
-        xsk_ring_cons__release(&rx_, held_);
-        held_ = 0;
+        for (const auto &sock : socks_)
+            sock->release();
     }
 
+    // The tx ring and its completions: the first socket's.
+    xsk_ring_prod &tx() { return socks_.front()->tx(); }
+
     void reap_completions() {
+        if (live_mem_)
+            return;
+        xsk_ring_cons &comp = socks_.front()->comp();
         uint32_t idx = 0;
-        uint32_t n = xsk_ring_cons__peek(&comp_, tx_free_.capacity(), &idx);
+        uint32_t n = xsk_ring_cons__peek(&comp, tx_free_.capacity(), &idx);
         for (uint32_t i = 0; i < n; ++i)
-            tx_free_.push(*xsk_ring_cons__comp_addr(&comp_, idx + i));
+            tx_free_.push(*xsk_ring_cons__comp_addr(&comp, idx + i));
         if (n)
-            xsk_ring_cons__release(&comp_, n);
+            xsk_ring_cons__release(&comp, n);
     }
 
     // Copy mode sends only inside sendto(), at most a budget of frames per
     // call: call again while the kernel takes frames.
     void kick_tx() {
         for (int i = 0; i < 64; ++i) {
-            if (xsk_prod_nb_free(&tx_, tx_.size) == tx_.size) // ring empty: all taken
+            xsk_ring_prod &ring = tx();
+            if (xsk_prod_nb_free(&ring, ring.size) == ring.size) // ring empty: all taken
                 return;
-            uint32_t before = *tx_.consumer;
-            if (::sendto(xsk_socket__fd(xsk_), nullptr, 0, MSG_DONTWAIT, nullptr, 0) >= 0)
+            uint32_t before = *ring.consumer;
+            if (::sendto(socks_.front()->fd(), nullptr, 0, MSG_DONTWAIT, nullptr, 0) >= 0)
                 continue;
             if (errno == EAGAIN || errno == EBUSY || errno == ENOBUFS || errno == EINTR) {
                 // EBUSY: the device dropped a frame (a retransmission recovers it).
-                if (*tx_.consumer == before)
+                if (*ring.consumer == before)
                     return; // no progress: wait for POLLOUT
                 continue;
             }
@@ -618,18 +610,17 @@ class AfXdpTransport final : public Transport {
     }
 
     AfXdpTransportConfig cfg_;
-    std::string ifname_, describe_;
+    std::string ifname_, describe_, notes_;
     int ifindex_ = 0;
     uint32_t mtu_ = 0;
     std::optional<FrameTemplate> tmpl_;
-    FrameStack tx_free_; ///< tx frames follow the rx frames in the umem
+    FrameStack tx_free_; ///< tx frames follow the rx frames in the first socket's umem
 
-    void *umem_area_ = nullptr;
-    size_t umem_size_ = 0;
-    xsk_umem *umem_ = nullptr;
-    xsk_socket *xsk_ = nullptr;
-    xsk_ring_prod fill_{}, tx_{};
-    xsk_ring_cons comp_{}, rx_{};
+    /// One per rx queue frames for us arrive on; the first (cfg_.queue) sends.
+    std::vector<std::unique_ptr<XskQueueSocket>> socks_;
+    size_t next_sock_ = 0;     ///< the socket a receive starts with
+    uint64_t missed_seen_ = 0; ///< xsk_missed_total when follow_queues() last looked
+    std::vector<pollfd> polls_;
     incxdp_xsk *skel_ = nullptr;
 
     uint32_t mode_ = XDP_FLAGS_DRV_MODE;
@@ -642,8 +633,7 @@ class AfXdpTransport final : public Transport {
     uint32_t live_slots_ = 0, live_next_ = 0;
     std::vector<std::byte> live_template_;
 
-    uint32_t held_ = 0; ///< rx descriptors handed out by the last receive
-    std::vector<uint64_t> held_addrs_;
+    std::vector<std::span<const std::byte>> frames_; ///< the last receive's, all sockets
     std::vector<std::span<const std::byte>> tmp_views_;
 };
 

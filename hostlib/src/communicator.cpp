@@ -45,6 +45,7 @@ std::unique_ptr<Transport> transport_for(const CommConfig &cfg) {
         t.remote_ip = cfg.switch_ip;
         t.ifname = cfg.xdp_iface;
         t.queue = cfg.xdp_queue;
+        t.follow_queues = cfg.xdp_follow_queues;
         t.tx_live_frames = cfg.xdp_tx_live_frames;
         t.batch = cfg.batch;
         // Every packet of the window can have its result (and an ACK per

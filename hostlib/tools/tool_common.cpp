@@ -133,6 +133,11 @@ void add_bootstrap_options(CLI::App &app, BootstrapOptions &o) {
                    "afxdp: send as live XDP frames (BPF_PROG_RUN) or through the AF_XDP tx ring")
         ->check(CLI::IsMember({"live", "ring"}))
         ->capture_default_str();
+    app.add_option("--xdp-queue", o.xdp_queue, "afxdp/roce: rx queue of the first AF_XDP socket")
+        ->capture_default_str();
+    app.add_flag("--xdp-no-follow-queues", o.xdp_no_follow_queues,
+                 "afxdp/roce: no socket on the other rx queues frames for this rank arrive on "
+                 "(steer them to --xdp-queue yourself, e.g. ethtool -N)");
     app.add_flag("--no-gso", o.no_gso, "udp: no UDP_SEGMENT (one datagram per sendmsg entry)");
     app.add_flag("--udp-gro", o.udp_gro, "udp: UDP_GRO on the socket (needs GRO on the interface)");
     app.add_option("--window", o.window, "Slots in flight (0: min(128, job slots); roce trees: min(1024, job slots))")
@@ -223,6 +228,8 @@ CommConfig make_config(const BootstrapOptions &o) {
     c.udp_gso = !o.no_gso;
     c.udp_gro = o.udp_gro;
     c.xdp_tx_live_frames = o.xdp_tx == "live";
+    c.xdp_queue = o.xdp_queue;
+    c.xdp_follow_queues = !o.xdp_no_follow_queues;
     if (o.window)
         c.window = o.window;
     c.elems_per_packet = o.elems;

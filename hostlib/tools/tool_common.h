@@ -38,6 +38,8 @@ struct BootstrapOptions {
     uint32_t batch = 0;    // 0 = library default
     bool no_gso = false, udp_gro = false;
     std::string xdp_tx = "live"; // afxdp: live | ring
+    uint32_t xdp_queue = 0;
+    bool xdp_no_follow_queues = false;
     uint32_t window = 0;         // 0 = from the topology (min(128, job slots))
     uint32_t elems = 0;          // 0 = wire default
     uint32_t switch_port = 0;    // 0 = wire default

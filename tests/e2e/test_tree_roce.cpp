@@ -145,6 +145,67 @@ TEST_F(Tree124, AWindowOfThousandsLosesNoFrameInTheHostsRings)
     expect_clean_switches();
 }
 
+// Hosts whose interface has two rx queues, as a NIC with RSS has many: veth
+// puts a frame on the queue of the CPU that sent it, so results arrive on
+// both. The AF_XDP transport binds a socket to every queue frames for it show
+// up on. With its one socket on queue 0 (as before, and with
+// --xdp-no-follow-queues) a rank stalls on the first result that lands on
+// queue 1, and the timeout names that queue.
+TEST_F(Tree124, HostsWithTwoRxQueuesTakeResultsOnBoth)
+{
+    auto channels = [&](const std::string &host, const char *rx) {
+        return in_node(host, {"ethtool", "-L", "eth0", "rx", rx});
+    };
+    auto max_rx = in_node(ranks_[0], {"ethtool", "-l", "eth0"});
+    ASSERT_EQ(max_rx.status, 0) << max_rx.err;
+    if (max_rx.out.find("RX:\t\t1\n") == max_rx.out.find("RX:"))
+        GTEST_SKIP() << "veth offers one rx queue here (one CPU): " << max_rx.out;
+    struct OneQueueAgain {
+        std::function<void()> f;
+        ~OneQueueAgain() { f(); }
+    } again{[&] {
+        for (const auto &h : ranks_) {
+            auto r = channels(h, "1");
+            EXPECT_EQ(r.status, 0) << h << ": " << r.err;
+        }
+    }};
+    for (const auto &h : ranks_) {
+        auto r = channels(h, "2");
+        ASSERT_EQ(r.status, 0) << h << ": ethtool -L eth0 rx 2: " << r.err;
+    }
+    auto queue_redirects = [&] {
+        uint64_t n = 0;
+        for (const auto &h : ranks_) {
+            auto r = in_node(h, {"ethtool", "-S", "eth0"});
+            EXPECT_EQ(r.status, 0) << h << ": " << r.err;
+            auto at = r.out.find("rx_queue_1_xdp_redirect: ");
+            if (at != std::string::npos)
+                n += std::stoull(r.out.substr(at + 25));
+        }
+        return n;
+    };
+    const uint64_t before = queue_redirects();
+
+    for (TreeRun s : {TreeRun{"allreduce", "16M"}, TreeRun{"broadcast", "4M", "int32", "sum", 2}})
+        run(s);
+    // The premise: results did land on queue 1, and went to a socket there.
+    EXPECT_GT(queue_redirects(), before) << "no result arrived on rx queue 1 of any host";
+
+    ASSERT_EQ(rules_apply().status, 0);
+    auto res = run_ranks([&](size_t rank) -> std::vector<std::string> {
+        return {INCXDP_WORKER, "--topo", file_, "--job", "1", "--rank", std::to_string(rank), "--transport", "roce",
+                "--size", "16M", "--deadline", "3", "--xdp-no-follow-queues"};
+    });
+    size_t stalled = 0;
+    for (const auto &r : res)
+        if (r.status != 0) {
+            stalled++;
+            EXPECT_NE(r.err.find("without a socket (follow_queues is off"), std::string::npos) << r.err;
+        }
+    EXPECT_GT(stalled, 0u) << "every rank got through on queue 0 alone";
+    expect_clean_switches();
+}
+
 // Issue 5 on the RoCEv2 path: 5% loss, 1% duplication and 1% reordering on
 // both directions of every link (`incxdp chaos --xdp`: the hosts' AF_XDP
 // frames and the switch-to-switch links included). Go-back-N, the switch's
@@ -313,17 +374,15 @@ TEST_F(Tree124, OneRankJobsRootedAtTheLeavesRunSideBySide)
         auto apply =
             cli({"rules", "apply", solo, "--prefix", prefix_, "--pin-root", pin_root_, "--mode", INCXDP_E2E_MODE});
         ASSERT_EQ(apply.status, 0) << apply.out << apply.err;
-        std::vector<std::future<proc::ProcResult>> futs;
-        for (size_t rank = 0; rank < ranks_.size(); rank++)
-            futs.push_back(std::async(std::launch::async, [&, rank] {
-                return in_node(ranks_[rank], {INCXDP_WORKER, "--topo", solo, "--job", std::to_string(rank + 1),
-                                              "--rank", "0", "--transport", "roce", "--prim", prim, "--size", "4M",
-                                              "--elems", "256", "--verify", "--deadline", "120"});
-            }));
-        for (size_t rank = 0; rank < futs.size(); rank++) {
-            auto r = futs[rank].get();
-            EXPECT_EQ(r.status, 0) << prim << ", job " << rank + 1 << ":\n" << r.out << r.err;
-            EXPECT_NE(r.out.find("verify OK"), std::string::npos) << prim << ", job " << rank + 1 << ":\n" << r.out;
+        auto res = run_ranks([&](size_t rank) -> std::vector<std::string> {
+            return {INCXDP_WORKER, "--topo", solo, "--job", std::to_string(rank + 1), "--rank", "0",
+                    "--transport", "roce", "--prim", prim, "--size", "4M", "--elems", "256", "--verify",
+                    "--deadline", "120"};
+        });
+        for (size_t rank = 0; rank < res.size(); rank++) {
+            EXPECT_EQ(res[rank].status, 0) << prim << ", job " << rank + 1 << ":\n" << res[rank].out << res[rank].err;
+            EXPECT_NE(res[rank].out.find("verify OK"), std::string::npos)
+                << prim << ", job " << rank + 1 << ":\n" << res[rank].out;
         }
     }
     for (const auto &sw : switches_) {

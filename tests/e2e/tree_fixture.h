@@ -119,6 +119,19 @@ class TreeTopology : public ::testing::Test {
         ASSERT_TRUE(setup_error_.empty()) << setup_error_;
     }
 
+    // argv_of(rank) run in every rank's namespace at once; the results by
+    // rank, unchecked.
+    static std::vector<proc::ProcResult> run_ranks(const std::function<std::vector<std::string>(size_t)> &argv_of)
+    {
+        std::vector<std::future<proc::ProcResult>> futs;
+        for (size_t rank = 0; rank < ranks_.size(); rank++)
+            futs.push_back(std::async(std::launch::async, [&, rank] { return in_node(ranks_[rank], argv_of(rank)); }));
+        std::vector<proc::ProcResult> res;
+        for (auto &f : futs)
+            res.push_back(f.get());
+        return res;
+    }
+
     // Every rank runs incxdp-worker over the RoCE transport; each must exit 0
     // having verified its result.
     std::vector<proc::ProcResult> run(const TreeRun &s)
@@ -127,24 +140,19 @@ class TreeTopology : public ::testing::Test {
             auto r = rules_apply();
             EXPECT_EQ(r.status, 0) << r.err;
         }
-        std::vector<std::future<proc::ProcResult>> futs;
-        for (size_t rank = 0; rank < ranks_.size(); rank++)
-            futs.push_back(std::async(std::launch::async, [&, rank] {
-                std::vector<std::string> argv = {INCXDP_WORKER, "--topo", file_, "--job", "1", "--rank",
-                                                 std::to_string(rank), "--transport", "roce", "--prim", s.prim,
-                                                 "--root", std::to_string(s.root), "--size", s.size, "--dtype",
-                                                 s.dtype, "--op", s.op, "--iters", std::to_string(s.iters),
-                                                 "--verify", "--deadline", "120"};
-                if (s.elems) {
-                    argv.push_back("--elems");
-                    argv.push_back(std::to_string(s.elems));
-                }
-                argv.insert(argv.end(), s.args.begin(), s.args.end());
-                return in_node(ranks_[rank], argv);
-            }));
-        std::vector<proc::ProcResult> res;
-        for (auto &f : futs)
-            res.push_back(f.get());
+        auto res = run_ranks([&](size_t rank) {
+            std::vector<std::string> argv = {INCXDP_WORKER, "--topo", file_, "--job", "1", "--rank",
+                                             std::to_string(rank), "--transport", "roce", "--prim", s.prim,
+                                             "--root", std::to_string(s.root), "--size", s.size, "--dtype",
+                                             s.dtype, "--op", s.op, "--iters", std::to_string(s.iters),
+                                             "--verify", "--deadline", "120"};
+            if (s.elems) {
+                argv.push_back("--elems");
+                argv.push_back(std::to_string(s.elems));
+            }
+            argv.insert(argv.end(), s.args.begin(), s.args.end());
+            return argv;
+        });
         for (size_t r = 0; r < res.size(); r++) {
             EXPECT_EQ(res[r].status, 0) << describe(s) << ", rank " << r << ":\n" << res[r].out << res[r].err;
             EXPECT_NE(res[r].out.find("verify OK"), std::string::npos)

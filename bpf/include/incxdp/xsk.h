@@ -10,6 +10,15 @@
 
 #define INCXDP_XSK_STATS_MAP "incxdp_xsk_stats"
 
+/*
+ * The rx queues a worker can take frames on: the size of the program's
+ * XSKMAP and of xsk_missed[], the frames for the worker that arrived on a
+ * queue without a socket, by queue (its .bss, mmapped by the transport,
+ * which binds a socket to a queue once frames show up there: a NIC's RSS
+ * or, on veth, the sending CPU picks the queue, not the worker).
+ */
+#define INCXDP_XSK_MAX_QUEUES 256
+
 enum incxdp_xsk_stat {
 	INCXDP_XSK_REDIRECTED, /* handed to the socket */
 	INCXDP_XSK_NO_SOCKET,  /* ours, but no socket on this queue: passed */

@@ -113,7 +113,8 @@ struct CommConfig {
     bool udp_gso = true;            ///< UDP: UDP_SEGMENT on send
     bool udp_gro = false;           ///< UDP: UDP_GRO on receive (did not pay: docs/PERF.md)
     std::string xdp_iface;          ///< AfXdp: interface; empty = the one holding local_ip
-    uint32_t xdp_queue = 0;         ///< AfXdp: rx queue of the socket
+    uint32_t xdp_queue = 0;         ///< AfXdp: rx queue of the first socket
+    bool xdp_follow_queues = true;  ///< AfXdp: sockets on the other rx queues frames arrive on
     bool xdp_tx_live_frames = true; ///< AfXdp/Roce: send as live XDP frames, not via the tx ring
     RoceConnConfig roce;            ///< Roce/Verbs: the connection (from_topology fills it)
     VerbsOptions verbs;             ///< Verbs: the device

@@ -96,7 +96,12 @@ struct AfXdpTransportConfig {
     std::string remote_ip;          ///< switch address; its MAC comes from the neighbour table
     uint16_t remote_port = 0;       ///< switch UDP port
     std::string ifname;             ///< interface; empty = the one holding local_ip
-    uint32_t queue = 0;             ///< rx queue the socket binds to
+    uint32_t queue = 0;             ///< rx queue the first socket binds to (and sends from)
+    /// Bind a socket to every further rx queue that frames for local_port
+    /// arrive on (incxdp_xsk counts them): a NIC's RSS or, on veth, the
+    /// sending CPU picks the queue. Off: frames on other queues go to the
+    /// stack, and the collective stalls on them.
+    bool follow_queues = true;
     uint32_t frame_size = 4096;     ///< umem frame: one Ethernet frame each
     uint32_t rx_frames = 1024;      ///< umem frames for receiving (fill ring)
     uint32_t tx_frames = 1024;      ///< umem frames for sending
