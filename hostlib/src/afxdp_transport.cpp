@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// The AF_XDP transport: an XDP socket (copy mode, which is what veth offers)
-// with its own umem on every rx queue that frames for the worker arrive on,
-// incxdp_xsk steering the worker's UDP port to them, frames built and parsed
-// here (frame.h). docs/HOSTLIB.md §5, docs/PERF.md.
+// The AF_XDP transport: an XDP socket (zero-copy where the driver has it,
+// else copy mode, as on veth) with its own umem on every rx queue that frames
+// for the worker arrive on, incxdp_xsk steering the worker's UDP port to them,
+// frames built and parsed here (frame.h). docs/HOSTLIB.md §5, docs/PERF.md.
 #include <incxdp/transport.h>
 
 #include "frame.h"
@@ -457,14 +457,16 @@ class AfXdpTransport final : public Transport {
     }
 
     void describe_queues() {
-        std::string queues;
+        std::string queues, notes = notes_;
         for (const auto &sock : socks_)
             queues += (queues.empty() ? "" : ",") + std::to_string(sock->queue());
         if (queues.empty())
             queues = std::to_string(cfg_.queue);
+        if (!socks_.empty() && socks_.front()->zero_copy())
+            notes += (notes.empty() ? "" : ", ") + std::string("zero-copy");
         describe_ = fmt::format("afxdp {}:{} -> {}:{} on {} queue{} {}{}", cfg_.local_ip, cfg_.local_port,
                                 cfg_.remote_ip, cfg_.remote_port, ifname_, socks_.size() > 1 ? "s" : "",
-                                queues, notes_.empty() ? "" : " (" + notes_ + ")");
+                                queues, notes.empty() ? "" : " (" + notes + ")");
     }
 
     // Two tools keep their state in the maps of the program on the

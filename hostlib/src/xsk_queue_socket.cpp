@@ -70,7 +70,10 @@ void XskQueueSocket::open_socket() {
     scfg.tx_size = pow2_at_least(std::max<uint32_t>(cfg_.tx_frames, 1));
     scfg.libxdp_flags = XSK_LIBXDP_FLAGS__INHIBIT_PROG_LOAD;
     scfg.xdp_flags = XDP_FLAGS_DRV_MODE;
-    scfg.bind_flags = XDP_COPY | XDP_USE_NEED_WAKEUP;
+    // Neither XDP_COPY nor XDP_ZEROCOPY: the kernel binds zero-copy where
+    // the driver has it (a NIC's AF_XDP support) and falls back to copy
+    // where not (veth).
+    scfg.bind_flags = XDP_USE_NEED_WAKEUP;
     // EBUSY: the queue still holds the buffer pool of a socket closed a
     // moment ago (the kernel releases it from a work item), e.g. the
     // previous worker process on this interface. It clears in
@@ -85,8 +88,12 @@ void XskQueueSocket::open_socket() {
         ::usleep(20000);
     }
     if (err)
-        fail(-err, std::string("create AF_XDP socket (copy mode)") +
+        fail(-err, std::string("create AF_XDP socket") +
                        (err == -EBUSY ? " (queue still busy: another AF_XDP socket on it?)" : ""));
+    xdp_options opts{};
+    socklen_t optlen = sizeof(opts);
+    if (getsockopt(fd(), SOL_XDP, XDP_OPTIONS, &opts, &optlen) == 0)
+        zero_copy_ = opts.flags & XDP_OPTIONS_ZEROCOPY;
     if (cfg_.tx_frames) {
         // More frames per sendto in copy mode where the kernel allows it.
         int budget = int(std::max<size_t>(cfg_.batch, 32));
@@ -139,6 +146,10 @@ void XskQueueSocket::release() {
     xsk_ring_prod__submit(&fill_, n);
     xsk_ring_cons__release(&rx_, held_);
     held_ = 0;
+    // Zero-copy: a driver that ran out of fill-ring frames waits to be told
+    // there are new ones (XDP_USE_NEED_WAKEUP); copy mode never asks.
+    if (zero_copy_ && xsk_ring_prod__needs_wakeup(&fill_))
+        (void)recvfrom(fd(), nullptr, 0, MSG_DONTWAIT, nullptr, nullptr);
 }
 
 uint64_t XskQueueSocket::dropped() const {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// One AF_XDP socket (copy mode) on one rx queue of an interface, with its own
+// One AF_XDP socket (zero-copy where the driver has it, else copy, as on
+// veth) on one rx queue of an interface, with its own
 // umem: the AF_XDP transport keeps one per queue that frames for the worker
 // arrive on (docs/HOSTLIB.md §5). RAII: the socket, the umem and its memory
 // go with the object.
@@ -36,6 +37,7 @@ class XskQueueSocket {
     XskQueueSocket &operator=(const XskQueueSocket &) = delete;
 
     uint32_t queue() const { return cfg_.queue; }
+    bool zero_copy() const { return zero_copy_; }
     int fd() const { return xsk_socket__fd(xsk_); }
     std::byte *frame(uint64_t addr) const {
         return static_cast<std::byte *>(xsk_umem__get_data(area_, addr));
@@ -67,6 +69,7 @@ class XskQueueSocket {
     // holds it by unique_ptr).
     xsk_ring_prod fill_{}, tx_{};
     xsk_ring_cons comp_{}, rx_{};
+    bool zero_copy_ = false;
     uint32_t held_ = 0;
     std::vector<uint64_t> held_addrs_;
 };

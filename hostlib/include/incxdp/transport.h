@@ -136,7 +136,9 @@ struct LinkInfo {
 LinkInfo resolve_link(const std::string &local_ip, const std::string &remote_ip,
                       const std::string &ifname = "");
 
-/// AF_XDP socket (copy mode, one umem) on the interface holding local_ip.
+/// AF_XDP sockets (zero-copy where the driver has it, else copy; one umem
+/// each) on the interface holding local_ip: on `queue`, and with
+/// follow_queues on every further rx queue frames for local_port arrive on.
 /// Sends through its tx ring or, by default, as live XDP frames (above).
 /// While it exists, the interface runs incxdp_xsk: IPv4/UDP frames to
 /// local_ip:local_port go to the socket, all else to the stack. The program
