@@ -258,11 +258,7 @@ class AfXdpTransport final : public Transport {
         // out of fill-ring frames while we sleep.
         release_rx();
         follow_queues();
-        polls_.clear();
-        for (const auto &sock : socks_)
-            polls_.push_back({sock->fd(), POLLIN, 0});
-        if (want_send)
-            polls_.front().events |= POLLOUT;
+        polls_.front().events = short(POLLIN | (want_send ? POLLOUT : 0));
         auto ns = std::max<int64_t>(timeout.count(), 0);
         timespec ts{time_t(ns / 1000000000), long(ns % 1000000000)};
         if (::ppoll(polls_.data(), polls_.size(), &ts, nullptr) < 0 && errno != EINTR)
@@ -433,6 +429,7 @@ class AfXdpTransport final : public Transport {
         int xfd = sock->fd();
         if (bpf_map_update_elem(map_fd, &queue, &xfd, BPF_ANY) < 0)
             fail(errno, fmt::format("{}: add the socket of rx queue {} to incxdp_xsks", describe_, queue));
+        polls_.push_back({xfd, POLLIN, 0});
         socks_.push_back(std::move(sock));
         describe_queues();
     }
@@ -622,7 +619,7 @@ class AfXdpTransport final : public Transport {
     std::vector<std::unique_ptr<XskQueueSocket>> socks_;
     size_t next_sock_ = 0;     ///< the socket a receive starts with
     uint64_t missed_seen_ = 0; ///< xsk_missed_total when follow_queues() last looked
-    std::vector<pollfd> polls_;
+    std::vector<pollfd> polls_; ///< one per socket, in socks_'s order
     incxdp_xsk *skel_ = nullptr;
 
     uint32_t mode_ = XDP_FLAGS_DRV_MODE;

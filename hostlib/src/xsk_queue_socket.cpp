@@ -122,8 +122,7 @@ void XskQueueSocket::teardown() {
     area_ = nullptr;
 }
 
-size_t XskQueueSocket::peek(size_t max, std::vector<std::span<const std::byte>> &out) {
-    release();
+void XskQueueSocket::peek(size_t max, std::vector<std::span<const std::byte>> &out) {
     uint32_t idx = 0;
     uint32_t n = xsk_ring_cons__peek(&rx_, uint32_t(std::min(max, held_addrs_.size())), &idx);
     held_ = n;
@@ -132,7 +131,6 @@ size_t XskQueueSocket::peek(size_t max, std::vector<std::span<const std::byte>> 
         held_addrs_[i] = d->addr;
         out.emplace_back(frame(d->addr), d->len);
     }
-    return n;
 }
 
 void XskQueueSocket::release() {

@@ -44,8 +44,8 @@ class XskQueueSocket {
     }
 
     /// Up to `max` (at most the batch) received frames, appended to `out`;
-    /// they stay valid until release().
-    size_t peek(size_t max, std::vector<std::span<const std::byte>> &out);
+    /// they stay valid until release(), which must come before the next peek.
+    void peek(size_t max, std::vector<std::span<const std::byte>> &out);
     /// The frames of the last peek back to the fill ring.
     void release();
     /// The kernel's drops on this socket (XDP_STATISTICS: rx_dropped +

@@ -153,13 +153,19 @@ class TreeTopology : public ::testing::Test {
             argv.insert(argv.end(), s.args.begin(), s.args.end());
             return argv;
         });
+        expect_verified(res, describe(s));
+        return res;
+    }
+
+    // Every worker exited 0 having verified its result.
+    static void expect_verified(const std::vector<proc::ProcResult> &res, const std::string &what)
+    {
         for (size_t r = 0; r < res.size(); r++) {
-            EXPECT_EQ(res[r].status, 0) << describe(s) << ", rank " << r << ":\n" << res[r].out << res[r].err;
+            EXPECT_EQ(res[r].status, 0) << what << ", rank " << r << ":\n" << res[r].out << res[r].err;
             EXPECT_NE(res[r].out.find("verify OK"), std::string::npos)
-                << describe(s) << ", rank " << r << ": no verification reported:\n"
+                << what << ", rank " << r << ": no verification reported:\n"
                 << res[r].out << res[r].err;
         }
-        return res;
     }
 
     // The number after `key ` in the worker's line ("retx 3, rx drops 0").

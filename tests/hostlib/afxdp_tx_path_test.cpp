@@ -8,6 +8,7 @@
 // Each case sends frames out of veA and reads what veB's stack gets.
 #include <incxdp/netdev_xdp.h>
 #include <incxdp/transport.h>
+#include <incxdp/xsk.h>
 
 #include "../common/frames.h"
 #include "../common/private_netns.h"
@@ -128,8 +129,9 @@ class AfXdpTxPath : public ::testing::Test {
         return got;
     }
 
-    static std::unique_ptr<Transport> transport() {
+    static std::unique_ptr<Transport> transport(uint32_t queue = 0) {
         AfXdpTransportConfig c;
+        c.queue = queue;
         c.local_ip = "10.99.0.1";
         c.local_port = kPort;
         c.remote_ip = "10.99.0.2";
@@ -171,6 +173,8 @@ class AfXdpTxPath : public ::testing::Test {
         EXPECT_EQ(t->frames_grow_at_switch(), live) << t->describe();
         EXPECT_EQ(t->describe().find("tx ring: no XDP transmit on veA") == std::string::npos, live)
             << t->describe();
+        // Bound without XDP_COPY: veth has no zero-copy, so the kernel chose copy mode.
+        EXPECT_EQ(t->describe().find("zero-copy"), std::string::npos) << t->describe();
         send(*t, 1000, 64);
         EXPECT_EQ(received(64).size(), 64u) << t->describe();
     }
@@ -214,6 +218,18 @@ TEST_F(AfXdpTxPath, FramesReachAGenericXdpPeerThroughTheTxRing) {
 
 TEST_F(AfXdpTxPath, FramesReachAPeerWithoutXdpThroughTheTxRing) {
     expect_delivered(0, false);
+}
+
+// incxdp_xsk's XSKMAP steers to queues 0 .. INCXDP_XSK_MAX_QUEUES - 1: a socket
+// on a queue beyond would never get a frame.
+TEST_F(AfXdpTxPath, AQueueBeyondTheProgramsMapIsRefused) {
+    try {
+        transport(INCXDP_XSK_MAX_QUEUES);
+        ADD_FAILURE() << "a socket on rx queue " << INCXDP_XSK_MAX_QUEUES << " was accepted";
+    } catch (const std::invalid_argument &e) {
+        const std::string want = "incxdp_xsk steers to queues 0.." + std::to_string(INCXDP_XSK_MAX_QUEUES - 1);
+        EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
 }
 
 } // namespace
