@@ -37,12 +37,11 @@ constexpr uint32_t kMaxRoceRanks = 64;
 constexpr uint32_t kRoceIpOverhead = 20 + 8 + 12 + ROCE_IMM_LEN + ROCE_ICRC_LEN;
 // Roce: far below 2^23, so a PSN's distance to the window is unambiguous.
 constexpr uint32_t kMaxRoceWindow = 1u << 20;
-// Roce: a go-back-N resends up to the window, so wait a little longer first.
-constexpr std::chrono::milliseconds kRoceTimeout{50};
-// With host_order: any a timeout resends only overdue frames, and one
-// resent in vain costs a frame: the timer can be short (16 MiB under 5%
-// loss on every link of tree124: 10 ms 1.8 s, 3 ms 0.59 s, 2 ms 0.51 s).
-constexpr std::chrono::milliseconds kRoceAnyOrderTimeout{2};
+// Roce: a timeout sends one or two frames, never the window (strict order:
+// a probe, docs/ROCE.md §4; host_order any: the overdue frames), so the
+// timer can be short. 16 MiB under 5% loss on every link of tree124, any
+// order: 10 ms 1.8 s, 3 ms 0.59 s, 2 ms 0.51 s.
+constexpr std::chrono::milliseconds kRoceTimeout{2};
 constexpr std::chrono::milliseconds kRoceMaxTimeout{500};
 
 uint32_t max_roce_elems_for_mtu(uint32_t mtu) {
@@ -85,7 +84,7 @@ CommConfig roce_from_plan(const topo::TreePlan &plan, const topo::Topology &t, u
     // table) when the transport opens, as AF_XDP does.
     c.window = std::min(kRoceDefaultWindow, leaf.pool_size);
     c.mtu = t.mtu > 0 ? uint32_t(t.mtu) : 0;
-    c.timeout = c.roce.any_order ? kRoceAnyOrderTimeout : kRoceTimeout;
+    c.timeout = kRoceTimeout;
     c.max_timeout = kRoceMaxTimeout;
     return c;
 }

@@ -103,6 +103,7 @@ CommStats &CommStats::operator+=(const CommStats &o) {
     fast_retransmits += o.fast_retransmits;
     reorder = std::max(reorder, o.reorder);
     timeouts += o.timeouts;
+    window_cuts += o.window_cuts;
     duplicates += o.duplicates;
     stale += o.stale;
     malformed += o.malformed;

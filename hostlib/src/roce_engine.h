@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // The RoCE engine (docs/ROCE.md §4): one SEND_ONLY_IMM per index of the
 // job's packet sequence on this rank's RC connection, a window of at most
-// the job's slot pool, go-back-N on NAK and on timeout (or, when the leaf
-// takes our frames in any order, a resend of the overdue frames only),
+// the job's slot pool, go-back-N on NAK and, on timeout, a probe that asks
+// the leaf where to go back to (or, when the leaf takes our frames in any
+// order, a resend of the overdue frames only),
 // results matched by their PSN in the switch's stream. Knows nothing about dtypes or
 // primitives: RocePackets fills payloads and takes results.
 #pragma once
@@ -58,6 +59,10 @@ class RoceEngine final : public RoceLink {
     void on_result(const RoceFrameView &v, Clock::time_point now);
     void on_ack(const RoceFrameView &v, Clock::time_point now);
     void go_back(uint64_t from, Clock::time_point now);
+    void cut_in_flight(uint64_t lost);
+    void probe(Clock::time_point now);
+    void resend_holes(Clock::time_point now, Clock::duration waited);
+    void on_probe_answer(const RoceFrameView &v, Clock::time_point now);
     void note_later_result(uint64_t idx);
     void note_duplicate_result(uint64_t idx);
     void learn_reorder(uint64_t overtaken);
@@ -85,6 +90,14 @@ class RoceEngine final : public RoceLink {
     /// Later results that may come back before a missing one goes again
     /// (fast retransmit); grows with the reordering seen, never shrinks.
     uint64_t reorder_;
+    /// Strict order: frames in flight beyond the oldest index without a
+    /// result (<= window_). A loss sends us back over all of them, so a
+    /// loss halves it, down to kMinLossWindow; every in_flight_ results add
+    /// one back.
+    uint64_t in_flight_;
+    uint64_t grown_ = 0;   ///< results since in_flight_ last grew
+    uint64_t sent_hi_ = 0; ///< the highest index sent + 1
+    uint64_t recover_ = 0; ///< sent_hi_ at the last cut: losses below it are the same one
 
     // The current call.
     RocePackets *call_ = nullptr;
@@ -96,8 +109,11 @@ class RoceEngine final : public RoceLink {
     uint64_t newest_ = 0;          ///< highest index with a result (fast retransmit)
     uint64_t scan_ = 0;            ///< next index fast retransmit looks at
     std::vector<uint64_t> fast_;   ///< indices to resend now, one frame each
-    std::vector<uint64_t> overdue_; ///< any_order timeout: indices to resend
+    std::vector<uint64_t> overdue_; ///< timeout: indices to resend, one frame each
     bool send_blocked_ = false;    ///< the transport took fewer frames than offered
+    /// Strict order: a timeout's probe is out and no ACK has answered it yet.
+    bool probing_ = false;
+    std::vector<std::byte> ack_frame_; ///< the probe's ACK
     Clock::duration rto_{};
     Clock::time_point timer_ = Clock::time_point::max();
     Clock::time_point last_progress_;

@@ -300,6 +300,13 @@ bool roce_udp_csum_ok(std::span<const std::byte> frame) {
            get16(f.data() + kUdpOff + 4) == f.size() - kUdpOff && udp_sum_of(f.data()) == 0xffff;
 }
 
+void roce_put_udp_csum(std::span<std::byte> frame) {
+    if (frame.size() < kMinRoceFrame ||
+        frame.size() < kEthHdrLen + get16(frame.data() + kIpOff + 2))
+        return;
+    put_udp_csum(frame.data());
+}
+
 void roce_set_ackreq(std::span<std::byte> frame, bool ackreq) {
     if (frame.size() < kMinRoceFrame)
         return;

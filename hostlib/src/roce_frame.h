@@ -84,6 +84,11 @@ class RoceSendTemplate {
 /// is covered by it) and its UDP checksum if it has one.
 void roce_set_ackreq(std::span<std::byte> frame, bool ackreq);
 
+/// Write the UDP checksum of a finished frame (the switches check it instead
+/// of the ICRC when it is nonzero). Frames shorter than their IPv4 length
+/// are left alone.
+void roce_put_udp_csum(std::span<std::byte> frame);
+
 /// Any RoCEv2 frame this code knows (tests and the software switch use it
 /// for ACK/NAK and results): `aeth` goes after the BTH (ACK), `imm` after
 /// that (the *_IMM SENDs). Returns the length written to `out`, which must

@@ -38,6 +38,7 @@ json stats_json(const CommStats &s) {
             {"fast_retransmits", s.fast_retransmits},
             {"reorder", s.reorder},
             {"timeouts", s.timeouts},
+            {"window_cuts", s.window_cuts},
             {"duplicates", s.duplicates},
             {"stale", s.stale},
             {"malformed", s.malformed},

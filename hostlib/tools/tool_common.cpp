@@ -149,7 +149,7 @@ void add_bootstrap_options(CLI::App &app, BootstrapOptions &o) {
                    "Switch UDP port (0: 0xBEF0 native, 0xBEE0 switchml)")
         ->capture_default_str();
     app.add_option("--timeout", o.timeout_ms,
-                   "First retransmission timeout, ms (0: 20, roce-tree jobs 50)")
+                   "First retransmission timeout, ms (0: 20, roce-tree jobs 2)")
         ->capture_default_str();
     app.add_option("--deadline", o.deadline_s, "Give up after this many seconds without progress")
         ->capture_default_str();

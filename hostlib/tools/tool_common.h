@@ -43,7 +43,7 @@ struct BootstrapOptions {
     uint32_t window = 0;         // 0 = from the topology (min(128, job slots))
     uint32_t elems = 0;          // 0 = wire default
     uint32_t switch_port = 0;    // 0 = wire default
-    uint32_t timeout_ms = 0;     // 0 = the library's (20 ms; roce-tree jobs 50 ms)
+    uint32_t timeout_ms = 0;     // 0 = the library's (20 ms; roce-tree jobs 2 ms)
     double deadline_s = 30;
     uint64_t seed = 1;
     bool json = false;

@@ -265,6 +265,11 @@ TEST_F(Tree124, AllReduceBitExactUnderLossDuplicationAndReorderingOnEveryLink)
         EXPECT_EQ(st["roce_bad_icrc"], 0u) << sw << ": no corruption was asked for";
         EXPECT_GT(st["roce_dup_result"] + st["roce_dup_ack"] + st["roce_dup_up"], 0u)
             << sw << ": duplicates never reached the duplicate path";
+        // The hosts' timeouts probe (docs/ROCE.md §4): an ACK of their own,
+        // answered with the ACK they are owed (roce_late_ack) or absorbed.
+        if (sw != "s0") {
+            EXPECT_GT(st["roce_late_ack"] + st["roce_peer_ack"], 0u) << sw << ": no probe arrived";
+        }
     }
 }
 

@@ -315,6 +315,8 @@ TEST(RoceEngine, GoBackNUnderFivePercentLoss) {
     EXPECT_GT(t.retransmissions, 0u);
     EXPECT_GT(t.timeouts, 0u) << "a lost result is only recovered by the timer";
     EXPECT_GT(t.duplicates, 0u);
+    EXPECT_GT(t.window_cuts, 0u) << "losses cut the frames in flight";
+    EXPECT_LE(t.window_cuts, t.naks + t.timeouts) << "at most once per NAK or probe";
     RecordProperty("retransmissions", int(t.retransmissions));
 }
 
@@ -340,6 +342,7 @@ TEST(RoceEngine, AnyOrderResendsOnlyWhatIsMissingUnderFivePercentLoss) {
     EXPECT_GT(sc.dup_result + sc.dup_ack, 0u) << "a lost result is asked for again";
     CommStats t = cl.total();
     EXPECT_EQ(t.naks, 0u);
+    EXPECT_EQ(t.window_cuts, 0u) << "nothing goes back, so nothing is cut";
     EXPECT_GT(t.retransmissions, 0u);
     EXPECT_LT(t.retransmissions, strict_retx)
         << "any order resent " << t.retransmissions << " frames, go-back-N " << strict_retx;
@@ -392,8 +395,10 @@ TEST(RoceEngine, FastRetransmitLearnsHowFarResultsAreReordered) {
     EXPECT_LE(t.reorder, 512u / 4) << "at most a quarter of the window";
     EXPECT_GE(t.fast_retransmits, sc.lost / 2) << "lost results still go again before the timer";
     // Learning takes two or three doublings per rank (32 -> ~66 -> 128), with
-    // the two or so late results each window of 100 holds resent at each.
-    EXPECT_LE(t.fast_retransmits, sc.lost + 16 * kRanks)
+    // the two or so late results each window of 100 holds resent at each:
+    // 26-70 fast retransmits over the four ranks before the limit is 128,
+    // depending on how the ranks' threads interleave.
+    EXPECT_LE(t.fast_retransmits, sc.lost + 20 * kRanks)
         << "late results resent beyond learning: " << sc.late << " late, " << sc.lost << " lost";
     RecordProperty("fast_retransmits", int(t.fast_retransmits));
 }
@@ -410,14 +415,15 @@ TEST(RoceEngine, ResultsLateByNearlyTheLimitRaiseIt) {
     EXPECT_EQ(t.fast_retransmits, 0u);
 }
 
-// A rank's config from the topology follows its job's host_order: the
-// engine's resend policy and its first timeout.
+// A rank's config from the topology follows its job's host_order (the
+// engine's resend policy); either way a timeout sends a frame or two, never
+// the window, so the first timeout is short.
 TEST(RoceEngine, ConfigFromTopologyFollowsTheJobsHostOrder) {
     namespace fs = std::filesystem;
     const std::string shipped = std::string(INCXDP_SOURCE_DIR) + "/topo/topologies/tree124.yaml";
     CommConfig strict = CommConfig::from_topology(shipped, 1, 2);
     EXPECT_FALSE(strict.roce.any_order);
-    EXPECT_EQ(strict.timeout, std::chrono::milliseconds(50));
+    EXPECT_EQ(strict.timeout, std::chrono::milliseconds(2));
 
     const std::string text = with(read_text(shipped), "    start_psn:", "    host_order: any\n    start_psn:");
     const fs::path tmp =
@@ -428,6 +434,70 @@ TEST(RoceEngine, ConfigFromTopologyFollowsTheJobsHostOrder) {
     EXPECT_TRUE(any.roce.any_order);
     EXPECT_EQ(any.timeout, std::chrono::milliseconds(2));
     EXPECT_EQ(any.roce.up_base, strict.roce.up_base) << "same connection otherwise";
+}
+
+// Strict order: a timeout while another rank is late (the set waits for
+// it, nothing was lost) resends one frame, the oldest without a result, as
+// a probe; the leaf answers it with an ACK of what it took, which is all we
+// sent, so nothing goes back. Going back N would resend the window (32
+// frames) per timeout.
+TEST(RoceEngine, StrictTimeoutWhileAnotherRankIsLateResendsOneFrame) {
+    RoceOptions o;
+    o.sw.ranks = 2;
+    o.timeout = std::chrono::milliseconds(4);
+    o.max_timeout = std::chrono::milliseconds(16);
+    RoceCluster cl(o);
+    const size_t count = 40 * size_t(cl.per_packet()); // 40 packets, window 32
+    std::vector<std::vector<int32_t>> in = {int_data(0, count, 1), int_data(1, count, 1)};
+    std::vector<std::vector<int32_t>> out(2, std::vector<int32_t>(count));
+    cl.parallel_ok([&](uint32_t r, Communicator &c) {
+        if (r == 1) // rank 0's timer runs out several times meanwhile
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        c.allreduce(in[r].data(), out[r].data(), count, DType::Int32, ReduceOp::Sum);
+    });
+    for (uint32_t r = 0; r < 2; ++r)
+        expect_reduced(in, out[r], ReduceOp::Sum, cl.per_packet(), "rank " + std::to_string(r));
+    CommStats s0 = cl.comm(0).total_stats();
+    EXPECT_GE(s0.timeouts, 2u);
+    EXPECT_EQ(s0.retransmissions, s0.timeouts) << "one probe per timeout, no go-back";
+    EXPECT_EQ(s0.naks, 0u);
+    EXPECT_EQ(s0.window_cuts, 0u) << "nothing was lost";
+    auto sc = cl.net().counters();
+    EXPECT_GE(sc.dup_ack, s0.timeouts) << "each probe is answered with an ACK";
+    EXPECT_EQ(sc.ahead_drop, 0u);
+    EXPECT_EQ(sc.nak, 0u);
+    expect_switch_clean(sc);
+}
+
+// Strict order: a lost frame whose NAK is lost too. The leaf drops every
+// frame behind the gap without a word (one NAK per gap, as RC responders
+// do), so only the timer helps; its probe is the missing frame, which
+// completes the set, and the leaf answers the probe's ACK with the ACK it
+// then owes (what it took): the rank goes back to the frame after it, with
+// one timeout.
+TEST(RoceEngine, StrictLostFrameAndLostNakTakeOneProbe) {
+    RoceOptions o;
+    o.sw.ranks = 1;
+    o.sw.drop_up_nth = 6; // idx 5
+    o.sw.drop_naks = 1;   // the NAK idx 6 causes
+    o.timeout = std::chrono::milliseconds(4);
+    o.max_timeout = std::chrono::milliseconds(16);
+    RoceCluster cl(o);
+    check_allreduce<int32_t>(cl, ReduceOp::Sum, 64 * size_t(cl.per_packet()), 3, false);
+    auto sc = cl.net().counters();
+    EXPECT_EQ(sc.lost, 2u) << "the frame and the NAK";
+    EXPECT_EQ(sc.nak, 1u);
+    EXPECT_GT(sc.ahead_drop, 0u) << "the frames behind the gap";
+    EXPECT_EQ(sc.late_ack, 1u) << "the probe's ACK answered";
+    CommStats s = cl.comm(0).total_stats();
+    EXPECT_EQ(s.timeouts, 1u);
+    EXPECT_EQ(s.naks, 0u);
+    EXPECT_EQ(s.window_cuts, 1u) << "the probe's answer sent it back";
+    // The probe (idx 5) and, once each, the frames the leaf dropped behind
+    // the gap: the one it NAKed and those after it (the window had moved on
+    // to idx 36 with the results of idx 0-4).
+    EXPECT_EQ(s.retransmissions, 1u + sc.nak + sc.ahead_drop);
+    expect_switch_clean(sc);
 }
 
 TEST(RoceEngine, PsnsWrapAtTwoTo24) {

@@ -109,7 +109,7 @@ SoftRoceNet::SoftRoceNet(SoftSwitchConfig cfg)
         e.dst_ip = c.host_ip;
         e.src_port = c.switch_sport;
         e.dst_qpn = c.host_qpn;
-        rx_[r].epsn = c.up_base;
+        rx_[r].epsn = rx_[r].acked = c.up_base;
     }
 }
 
@@ -139,7 +139,7 @@ bool SoftRoceNet::chance(double p) {
 void SoftRoceNet::from_host(uint32_t r, std::span<const std::byte> frame) {
     std::lock_guard lock(mu_);
     ++c_.rx;
-    if (chance(cfg_.drop_up)) {
+    if (c_.rx == cfg_.drop_up_nth || chance(cfg_.drop_up)) {
         ++c_.lost;
         return;
     }
@@ -172,20 +172,26 @@ void SoftRoceNet::ingress(uint32_t r, std::span<const std::byte> frame) {
         return;
     }
     if (v.opcode == ROCE_OP_ACK) {
-        ++c_.peer_ack;
+        Rx &x = rx_[r];
+        if (!cfg_.any_order && x.acked != x.epsn) {
+            ++c_.late_ack;
+            ack_taken(r, x);
+        } else {
+            ++c_.peer_ack;
+        }
         return;
     }
     on_send(r, v);
 }
 
 // A SEND the switch has taken before (or whose set moved on).
-void SoftRoceNet::on_duplicate(uint32_t r, const Rx &x, uint32_t idx24, const Set &s) {
+void SoftRoceNet::on_duplicate(uint32_t r, Rx &x, uint32_t idx24, const Set &s) {
     if (s.idx == int64_t(idx24) && s.complete) {
         ++c_.dup_result;
         send_result(r, idx24, s);
     } else if (s.idx == int64_t(idx24)) {
         ++c_.dup_ack;
-        send_ack(r, (x.epsn - 1) & ROCE_PSN_MASK, ROCE_AETH_ACK | x.msn);
+        ack_taken(r, x);
     } else {
         ++c_.stale;
     }
@@ -220,7 +226,12 @@ void SoftRoceNet::on_send(uint32_t r, const RoceFrameView &v) {
         if (!x.nak_sent) {
             x.nak_sent = true;
             ++c_.nak;
-            send_ack(r, x.epsn, ROCE_AETH_NAK_SEQ | x.msn);
+            if (naks_dropped_ < cfg_.drop_naks) {
+                ++naks_dropped_;
+                ++c_.lost;
+            } else {
+                send_ack(r, x.epsn, ROCE_AETH_NAK_SEQ | x.msn);
+            }
         } else {
             ++c_.ahead_drop;
         }
@@ -280,12 +291,21 @@ void SoftRoceNet::on_send(uint32_t r, const RoceFrameView &v) {
         ++c_.down;
         for (uint32_t q = 0; q < cfg_.ranks; ++q)
             send_result(q, idx24, s);
+    } else if (v.ackreq && !cfg_.any_order) {
+        ++c_.ack;
+        ack_taken(r, x); // v.psn: epsn - 1
     } else if (v.ackreq) {
         ++c_.ack;
         send_ack(r, v.psn, ROCE_AETH_ACK | x.msn);
     } else {
         ++c_.absorbed;
     }
+}
+
+// A cumulative ACK of everything taken: the last PSN before epsn.
+void SoftRoceNet::ack_taken(uint32_t r, Rx &x) {
+    x.acked = x.epsn;
+    send_ack(r, (x.epsn - 1) & ROCE_PSN_MASK, ROCE_AETH_ACK | x.msn);
 }
 
 void SoftRoceNet::send_ack(uint32_t r, uint32_t psn, uint32_t aeth) {

@@ -9,7 +9,9 @@
 // The model: per connection a strict expected PSN (NAK once for a frame
 // ahead, drop later ones until the expected one arrives) or, with
 // any_order (a job's host_order: any), any PSN within the pool that the
-// set has not seen from that rank; MSN, ACK on AckReq; per idx a slot (idx % pool) and set ((idx / pool) & 1) that
+// set has not seen from that rank; MSN, ACK on AckReq (strict: a host's
+// own ACK is answered with the ACK it is owed, if the switch took SENDs
+// since its last positive ACK, as the engine's roce_late_ack); per idx a slot (idx % pool) and set ((idx / pool) & 1) that
 // aggregates int32 SUM/MAX/MIN, takes Broadcast's one payload, and sends
 // the result down to every rank (Reduce: 0 payload except to the root);
 // duplicates get the result if the set holds it, an ACK if it is still
@@ -45,13 +47,18 @@ struct SoftSwitchConfig {
     uint32_t late_by = 16;   ///< frames to the same rank that overtake a late one
     uint64_t seed = 1;
     bool any_order = false; ///< take a host's SENDs in any order within the pool, never NAK
+    // Targeted faults: the n-th frame from any host (1-based, 0: none), the
+    // first drop_naks NAKs the switch sends.
+    uint64_t drop_up_nth = 0;
+    uint32_t drop_naks = 0;
 };
 
 struct SoftSwitchCounters {
     uint64_t rx = 0, lost = 0, bad_icrc = 0, malformed = 0, unknown_qp = 0, accepted = 0, nak = 0,
              ahead_drop = 0, ack = 0, absorbed = 0, down = 0, dup_result = 0, dup_ack = 0,
              stale = 0, mismatch = 0, peer_ack = 0, ackreq = 0, wraps = 0, corrupted = 0, late = 0,
-             accepted_ahead = 0; ///< any_order: taken beyond the expected PSN
+             accepted_ahead = 0, ///< any_order: taken beyond the expected PSN
+             late_ack = 0;       ///< a host's ACK answered with the ACK it was owed
 };
 
 /// One rank's connection as the switch and the host see it.
@@ -92,6 +99,7 @@ class SoftRoceNet {
     };
     struct Rx {
         uint32_t epsn = 0, msn = 0;
+        uint32_t acked = 0; ///< epsn when the last positive ACK went out
         bool nak_sent = false;
     };
     struct Late {
@@ -101,8 +109,9 @@ class SoftRoceNet {
 
     void ingress(uint32_t r, std::span<const std::byte> frame);
     void on_send(uint32_t r, const detail::RoceFrameView &v);
-    void on_duplicate(uint32_t r, const Rx &x, uint32_t idx24, const Set &s);
+    void on_duplicate(uint32_t r, Rx &x, uint32_t idx24, const Set &s);
     void send_ack(uint32_t r, uint32_t psn, uint32_t aeth);
+    void ack_taken(uint32_t r, Rx &x);
     void send_result(uint32_t r, uint32_t idx24, const Set &s);
     void deliver(uint32_t r, std::vector<std::byte> frame);
     bool chance(double p);
@@ -113,6 +122,7 @@ class SoftRoceNet {
     std::vector<Rx> rx_;
     std::vector<std::array<Set, 2>> slots_;
     uint64_t draws_ = 0;
+    uint32_t naks_dropped_ = 0;
 
     mutable std::mutex mu_;
     std::vector<std::condition_variable> cv_;

@@ -153,6 +153,10 @@ struct CommStats {
     /// resent (learnt from the reordering seen; a maximum, not a sum)
     uint64_t reorder = 0;
     uint64_t timeouts = 0;        ///< retransmission timer expiries
+    /// roce, strict order: losses that sent us back (a NAK or a probe's
+    /// answer, once per loss), each halving the frames kept in flight
+    /// (down to 128, or the window if smaller)
+    uint64_t window_cuts = 0;
     uint64_t duplicates = 0;      ///< results of this call for an already finished step
     uint64_t stale = 0;           ///< results of another call, set or slot
     uint64_t malformed = 0;       ///< datagrams that are not a result for this job
