@@ -422,7 +422,7 @@ void RoceEngine::on_timer(Clock::time_point now) {
     Clock::duration waited = rto_;
     rto_ = std::min<Clock::duration>(2 * rto_, cfg_.max_timeout);
     timer_ = now + rto_;
-    probe(now);
+    probe(now, waited);
     resend_holes(now, waited);
 }
 
@@ -458,7 +458,7 @@ void RoceEngine::resend_holes(Clock::time_point now, Clock::duration waited) {
 // instead, it owes us that ACK and sends it in answer to ours (docs/ROCE.md
 // §3, roce_late_ack). The ACK says how far the leaf has taken our frames:
 // what we sent beyond is lost or was dropped behind a gap (on_probe_answer).
-void RoceEngine::probe(Clock::time_point now) {
+void RoceEngine::probe(Clock::time_point now, Clock::duration waited) {
     Entry &e = entry(base_);
     if (!e.sealed)
         return; // never sent: fill_and_send sends it
@@ -483,6 +483,7 @@ void RoceEngine::probe(Clock::time_point now) {
         stats_->bytes_sent += ack_len;
     }
     probing_ = true;
+    probe_before_ = now - waited;
 }
 
 // The first ACK after a probe: the leaf has taken our frames up to its PSN
@@ -502,6 +503,11 @@ void RoceEngine::on_probe_answer(const RoceFrameView &v, Clock::time_point now) 
     // A result of idx means the leaf took our frame idx: an ACK below the
     // newest result is an old one, delayed (a reordering path).
     if (next <= newest_ && newest_ < next_ && entry(newest_).resulted)
+        return;
+    // Frames sent less than a timeout before the probe may still be on
+    // their way (a switch's receive queue, a CPU busy elsewhere): the
+    // leaf NAKs them if one before them was lost.
+    if (next < tx_ && entry(next).sent_at > probe_before_)
         return;
     if (next < tx_) {
         cut_in_flight(next);

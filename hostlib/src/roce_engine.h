@@ -60,7 +60,7 @@ class RoceEngine final : public RoceLink {
     void on_ack(const RoceFrameView &v, Clock::time_point now);
     void go_back(uint64_t from, Clock::time_point now);
     void cut_in_flight(uint64_t lost);
-    void probe(Clock::time_point now);
+    void probe(Clock::time_point now, Clock::duration waited);
     void resend_holes(Clock::time_point now, Clock::duration waited);
     void on_probe_answer(const RoceFrameView &v, Clock::time_point now);
     void note_later_result(uint64_t idx);
@@ -113,6 +113,7 @@ class RoceEngine final : public RoceLink {
     bool send_blocked_ = false;    ///< the transport took fewer frames than offered
     /// Strict order: a timeout's probe is out and no ACK has answered it yet.
     bool probing_ = false;
+    Clock::time_point probe_before_{}; ///< the probe's time less the timeout it waited
     std::vector<std::byte> ack_frame_; ///< the probe's ACK
     Clock::duration rto_{};
     Clock::time_point timer_ = Clock::time_point::max();
