@@ -56,7 +56,6 @@ RoceEngine::RoceEngine(const CommConfig &cfg, Transport &transport)
     ring_.resize(window_);
     for (size_t i = 0; i < ring_.size(); ++i)
         ring_[i].buf = send_mem_.data() + i * max_frame_;
-    ack_frame_.resize(ROCE_ACK_FRAME);
     recv_views_.resize(cfg.batch);
     send_spans_.reserve(cfg.batch);
     send_idx_.reserve(cfg.batch);
@@ -181,8 +180,6 @@ void RoceEngine::fill_and_send(Clock::time_point now) {
             return;
         }
         size_t sent = transport_.send_batch(send_spans_);
-        if (sent > 0)
-            sent_hi_ = std::max(sent_hi_, send_idx_[sent - 1] + 1);
         for (size_t i = 0; i < sent; ++i) {
             Entry &e = entry(send_idx_[i]);
             if (e.sends++ > 0)
@@ -355,10 +352,11 @@ void RoceEngine::learn_reorder(uint64_t overtaken) {
 }
 
 // One frame per listed index, for those still waiting for their result;
-// what the transport does not take now is left to the timer.
-void RoceEngine::send_singles(std::vector<uint64_t> &idxs, bool fast, Clock::time_point now) {
+// what the transport does not take now is left to the timer. Returns how
+// many of the listed indices went, from the front.
+size_t RoceEngine::send_singles(std::vector<uint64_t> &idxs, bool fast, Clock::time_point now) {
     if (idxs.empty())
-        return;
+        return 0;
     send_spans_.clear();
     send_idx_.clear();
     for (uint64_t idx : idxs) {
@@ -382,21 +380,18 @@ void RoceEngine::send_singles(std::vector<uint64_t> &idxs, bool fast, Clock::tim
         ++stats_->packets_sent;
         stats_->bytes_sent += e.len;
     }
+    return sent;
 }
 
-// host_order: any. The leaf has taken whatever arrived, in any order, so
-// only the frames sent at least one timeout ago without a result go again:
-// lost on the way up, or their result lost on the way down (the leaf
-// answers those with the result it holds). Frames still in flight and
-// frames never sent (tx_ and on) are left alone.
-void RoceEngine::resend_overdue(Clock::time_point now) {
-    overdue_.clear();
-    for (uint64_t idx = base_; idx < tx_; ++idx) {
+// Adds to overdue_ the indices in [from, to) sent at least `age` ago that
+// still have no result.
+void RoceEngine::collect_overdue(uint64_t from, uint64_t to, Clock::duration age,
+                                 Clock::time_point now) {
+    for (uint64_t idx = from; idx < to; ++idx) {
         const Entry &e = entry(idx);
-        if (!e.resulted && e.sends > 0 && now - e.sent_at >= rto_)
+        if (!e.resulted && e.sends > 0 && now - e.sent_at >= age)
             overdue_.push_back(idx);
     }
-    send_singles(overdue_, false, now);
 }
 
 void RoceEngine::go_back(uint64_t from, Clock::time_point now) {
@@ -413,35 +408,21 @@ void RoceEngine::on_timer(Clock::time_point now) {
     if (cfg_.max_retries != 0 && retries_ >= cfg_.max_retries)
         fail_timeout(now, true);
     ++retries_;
-    if (cfg_.roce.any_order) {
-        resend_overdue(now);
-        rto_ = std::min<Clock::duration>(2 * rto_, cfg_.max_timeout);
-        timer_ = now + rto_;
-        return;
-    }
     Clock::duration waited = rto_;
     rto_ = std::min<Clock::duration>(2 * rto_, cfg_.max_timeout);
     timer_ = now + rto_;
-    probe(now, waited);
-    resend_holes(now, waited);
-}
-
-// With the probe, the indices below the newest result that still have
-// none and were sent a timeout ago: their sets completed or their frames
-// reached the leaf (later ones did, in order), so mostly their results
-// were lost; the leaf answers each with the result it holds or an ACK.
-// Fast retransmit finds such holes only `reorder` below the newest result;
-// it skips those resent here (a lost resend is the next timeout's).
-void RoceEngine::resend_holes(Clock::time_point now, Clock::duration waited) {
     overdue_.clear();
-    uint64_t end = std::min(newest_, tx_);
-    for (uint64_t idx = base_ + 1; idx < end; ++idx) {
-        const Entry &e = entry(idx);
-        if (!e.resulted && e.sends > 0 && now - e.sent_at >= waited)
-            overdue_.push_back(idx);
+    if (cfg_.roce.any_order) {
+        // The leaf has taken whatever arrived, in any order, so only the
+        // frames sent at least one timeout ago without a result go again:
+        // lost on the way up, or their result lost on the way down (the
+        // leaf answers those with the result it holds). Frames still in
+        // flight and frames never sent (tx_ and on) are left alone.
+        collect_overdue(base_, tx_, waited, now);
+        send_singles(overdue_, false, now);
+        return;
     }
-    scan_ = std::max(scan_, end);
-    send_singles(overdue_, false, now);
+    probe(now, waited);
 }
 
 // host_order: strict, the timer ran out. Most timeouts only mean that
@@ -458,29 +439,35 @@ void RoceEngine::resend_holes(Clock::time_point now, Clock::duration waited) {
 // instead, it owes us that ACK and sends it in answer to ours (docs/ROCE.md
 // §3, roce_late_ack). The ACK says how far the leaf has taken our frames:
 // what we sent beyond is lost or was dropped behind a gap (on_probe_answer).
+//
+// Between the two go the holes: the indices below the newest result that
+// still have none and were sent a timeout ago. Their sets completed or
+// their frames reached the leaf (later ones did, in order), so mostly
+// their results were lost; the leaf answers each with the result it holds
+// or an ACK. Fast retransmit finds such holes only `reorder` below the
+// newest result; it skips those resent here (a lost resend is the next
+// timeout's).
 void RoceEngine::probe(Clock::time_point now, Clock::duration waited) {
     Entry &e = entry(base_);
-    if (!e.sealed)
-        return; // never sent: fill_and_send sends it
-    std::span<std::byte> frame(e.buf, e.len);
-    roce_set_ackreq(frame, true);
+    bool probed = e.sealed;
+    if (probed) {
+        roce_set_ackreq(std::span(e.buf, e.len), true);
+        overdue_.push_back(base_);
+    }
+    uint64_t end = std::min(newest_, tx_);
+    collect_overdue(base_ + 1, end, waited, now);
+    scan_ = std::max(scan_, end);
+    if (send_singles(overdue_, false, now) == 0 || !probed)
+        return; // the ring is full (the next timeout asks again) or base_ never went
+    std::array<std::byte, ROCE_ACK_FRAME> ack;
     uint32_t down_psn = uint32_t(cfg_.roce.down_base + base_ - 1) & ROCE_PSN_MASK;
-    size_t ack_len = build_roce_frame(ack_frame_, tmpl_.endpoint(), ROCE_OP_ACK, down_psn, false,
-                                      ROCE_AETH_ACK, std::nullopt, {});
-    roce_put_udp_csum(std::span(ack_frame_).first(ack_len));
-    std::array<std::span<const std::byte>, 2> spans{
-        std::span<const std::byte>(frame), std::span<const std::byte>(ack_frame_.data(), ack_len)};
-    size_t sent = transport_.send_batch(spans);
-    if (sent == 0)
-        return; // the ring is full: the next timeout asks again
-    ++e.sends;
-    e.sent_at = now;
-    ++stats_->retransmissions;
-    ++stats_->packets_sent;
-    stats_->bytes_sent += e.len;
-    if (sent == 2) {
+    size_t len = build_roce_frame(ack, tmpl_.endpoint(), ROCE_OP_ACK, down_psn, false,
+                                  ROCE_AETH_ACK, std::nullopt, {});
+    roce_put_udp_csum(std::span(ack).first(len));
+    std::array<std::span<const std::byte>, 1> span{std::span<const std::byte>(ack.data(), len)};
+    if (transport_.send_batch(span) == 1) {
         ++stats_->packets_sent;
-        stats_->bytes_sent += ack_len;
+        stats_->bytes_sent += len;
     }
     probing_ = true;
     probe_before_ = now - waited;
@@ -488,11 +475,8 @@ void RoceEngine::probe(Clock::time_point now, Clock::duration waited) {
 
 // The first ACK after a probe: the leaf has taken our frames up to its PSN
 // (the last index it took; base_ - 1 when it took nothing we wait for).
-// Everything we sent before the probe had a timeout's time to arrive, so
-// what we sent beyond that index did not make it: go back there. An ACK
-// that was already on its way (an AckReq frame's, overtaken) can send us
-// back too early; that costs frames the leaf answers as duplicates, never
-// a result.
+// What we sent beyond it a timeout before the probe did not make it: go
+// back there.
 void RoceEngine::on_probe_answer(const RoceFrameView &v, Clock::time_point now) {
     probing_ = false;
     uint32_t idx24 = (v.psn - cfg_.roce.up_base) & ROCE_PSN_MASK;
@@ -500,29 +484,30 @@ void RoceEngine::on_probe_answer(const RoceFrameView &v, Clock::time_point now) 
     if (d < -1)
         return; // older than the oldest index we wait for
     uint64_t next = base_ + uint64_t(int64_t(d) + 1);
+    if (next >= tx_)
+        return; // the leaf has all we sent
     // A result of idx means the leaf took our frame idx: an ACK below the
-    // newest result is an old one, delayed (a reordering path).
-    if (next <= newest_ && newest_ < next_ && entry(newest_).resulted)
+    // newest result is an old one, delayed (a reordering path). Frames sent
+    // less than a timeout before the probe may still be on their way (a
+    // switch's receive queue, a CPU busy elsewhere): the leaf NAKs them if
+    // one before them was lost. An old ACK that passes both sends us back
+    // too early, which costs frames the leaf answers as duplicates.
+    if ((next <= newest_ && newest_ < next_ && entry(newest_).resulted) ||
+        entry(next).sent_at > probe_before_)
         return;
-    // Frames sent less than a timeout before the probe may still be on
-    // their way (a switch's receive queue, a CPU busy elsewhere): the
-    // leaf NAKs them if one before them was lost.
-    if (next < tx_ && entry(next).sent_at > probe_before_)
-        return;
-    if (next < tx_) {
-        cut_in_flight(next);
-        go_back(next, now);
-    }
+    cut_in_flight(next);
+    go_back(next, now);
 }
 
 // Strict order, frames from `lost` on are to go again: what was in flight
 // behind the loss is resent, so keep less in flight for a while. Once per
-// loss: the NAKs and probe answers of frames sent before the last cut
-// belong to it (NewReno's recovery point).
+// loss: the NAKs and probe answers of frames built before the last cut
+// (sent, or refused by a full ring and sent next) belong to it (NewReno's
+// recovery point).
 void RoceEngine::cut_in_flight(uint64_t lost) {
     if (lost < recover_)
         return;
-    recover_ = sent_hi_;
+    recover_ = next_;
     in_flight_ = std::max(std::min<uint64_t>(kMinLossWindow, window_), in_flight_ / 2);
     ++stats_->window_cuts;
 }

@@ -61,13 +61,12 @@ class RoceEngine final : public RoceLink {
     void go_back(uint64_t from, Clock::time_point now);
     void cut_in_flight(uint64_t lost);
     void probe(Clock::time_point now, Clock::duration waited);
-    void resend_holes(Clock::time_point now, Clock::duration waited);
     void on_probe_answer(const RoceFrameView &v, Clock::time_point now);
     void note_later_result(uint64_t idx);
     void note_duplicate_result(uint64_t idx);
     void learn_reorder(uint64_t overtaken);
-    void send_singles(std::vector<uint64_t> &idxs, bool fast, Clock::time_point now);
-    void resend_overdue(Clock::time_point now);
+    size_t send_singles(std::vector<uint64_t> &idxs, bool fast, Clock::time_point now);
+    void collect_overdue(uint64_t from, uint64_t to, Clock::duration age, Clock::time_point now);
     void on_timer(Clock::time_point now);
     [[noreturn]] void fail_timeout(Clock::time_point now, bool retries) const;
 
@@ -96,8 +95,7 @@ class RoceEngine final : public RoceLink {
     /// one back.
     uint64_t in_flight_;
     uint64_t grown_ = 0;   ///< results since in_flight_ last grew
-    uint64_t sent_hi_ = 0; ///< the highest index sent + 1
-    uint64_t recover_ = 0; ///< sent_hi_ at the last cut: losses below it are the same one
+    uint64_t recover_ = 0; ///< next_ at the last cut: losses below it are the same one
 
     // The current call.
     RocePackets *call_ = nullptr;
@@ -114,7 +112,6 @@ class RoceEngine final : public RoceLink {
     /// Strict order: a timeout's probe is out and no ACK has answered it yet.
     bool probing_ = false;
     Clock::time_point probe_before_{}; ///< the probe's time less the timeout it waited
-    std::vector<std::byte> ack_frame_; ///< the probe's ACK
     Clock::duration rto_{};
     Clock::time_point timer_ = Clock::time_point::max();
     Clock::time_point last_progress_;
