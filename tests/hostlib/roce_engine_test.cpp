@@ -6,6 +6,7 @@
 // bit-exact (float32 SUM within the bound), go-back-N under loss, PSNs
 // wrapping at 2^24, ICRC errors, stalls. No timing assertions.
 #include "roce_soft_switch.h"
+#include "roce_test_config.h"
 #include "parallel_ranks.h"
 #include "test_data.h"
 #include "../common/yaml_edit.h"
@@ -31,25 +32,9 @@ using namespace incxdp::test;
 
 namespace {
 
-constexpr uint32_t kJob = 9;
+constexpr uint32_t kJob = kRoceTestJob;
 constexpr int32_t kMarker = 0x5a5a5a5a;
 const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min};
-
-struct RoceOptions {
-    SoftSwitchConfig sw;
-    uint32_t window = 32;
-    uint32_t elems = 0;
-    std::chrono::milliseconds timeout{100}, max_timeout{400};
-    std::chrono::milliseconds deadline{30000};
-    uint32_t max_retries = 0;
-    const std::atomic<bool> *stop = nullptr;
-};
-
-std::string ip_of(uint32_t net_order) {
-    uint32_t h = ntohl(net_order);
-    return std::to_string(h >> 24) + "." + std::to_string((h >> 16) & 255) + "." +
-           std::to_string((h >> 8) & 255) + "." + std::to_string(h & 255);
-}
 
 class RoceCluster {
   public:
@@ -63,34 +48,7 @@ class RoceCluster {
             c.reset();
     }
 
-    CommConfig config(uint32_t r) const {
-        const SoftConn &k = net_.conn(r);
-        CommConfig c;
-        c.transport = TransportKind::Roce;
-        c.rank = r;
-        c.world_size = o_.sw.ranks;
-        c.job = kJob;
-        c.local_ip = ip_of(k.host_ip);
-        c.switch_ip = ip_of(k.switch_ip);
-        c.local_port = INCXDP_ROCE_UDP_PORT;
-        c.roce.local_qpn = k.host_qpn;
-        c.roce.remote_qpn = k.switch_qpn;
-        c.roce.up_base = k.up_base;
-        c.roce.down_base = k.down_base;
-        c.roce.sport = k.host_sport;
-        c.roce.pool = o_.sw.pool;
-        c.roce.any_order = o_.sw.any_order;
-        c.roce.local_mac = k.host_mac;
-        c.roce.switch_mac = k.switch_mac;
-        c.window = o_.window;
-        c.elems_per_packet = o_.elems;
-        c.timeout = o_.timeout;
-        c.max_timeout = o_.max_timeout;
-        c.deadline = o_.deadline;
-        c.max_retries = o_.max_retries;
-        c.stop = o_.stop;
-        return c;
-    }
+    CommConfig config(uint32_t r) const { return roce_config(net_.conn(r), o_, r); }
 
     std::vector<std::exception_ptr> parallel(const RankFn &f, uint32_t ranks = 0) {
         return run_ranks(comms_, ranks ? ranks : o_.sw.ranks, f);

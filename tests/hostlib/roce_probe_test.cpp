@@ -1,0 +1,346 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// A strict-order host's timeout probe (docs/ROCE.md §4) against a leaf the
+// test plays by hand: every frame the engine sends is read here in order,
+// and the answers (results, ACKs) are the ones each case names, in the
+// order it names. The soft switch model cannot produce these cases: it
+// takes every frame the moment it is sent, so none is ever in flight, and
+// its ACKs are never old. What the engine must not do with the answer to
+// its probe:
+// - go back over frames sent less than a timeout before the probe (they
+//   may still be queued at a busy switch), and
+// - go back on an ACK below the newest result (an old one, overtaken).
+// The control case checks that it does go back when the ACK shows a loss.
+// No timing assertions: the timer is 100 ms and the script answers at once.
+#include "roce_soft_switch.h"
+#include "roce_test_config.h"
+#include "test_data.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+using namespace incxdp;
+using namespace incxdp::test;
+
+namespace {
+
+constexpr uint64_t kPackets = 64; // one call, the whole window
+constexpr auto kWaitFrame = std::chrono::seconds(3);
+
+// The host's side of the link: frames the engine sends queue up for the
+// script; frames the script delivers are what the engine receives. `room`
+// is how many more frames the send ring takes (a full ring makes the engine
+// wait for POLLOUT and send the rest later).
+class ScriptedLink final : public Transport {
+  public:
+    static constexpr size_t kUnlimited = std::numeric_limits<size_t>::max();
+
+    size_t send_batch(std::span<const std::span<const std::byte>> pkts) override {
+        std::lock_guard lock(mu_);
+        size_t n = std::min(pkts.size(), room_);
+        for (size_t i = 0; i < n; ++i)
+            sent_.emplace_back(pkts[i].begin(), pkts[i].end());
+        if (room_ != kUnlimited)
+            room_ -= n;
+        cv_.notify_all();
+        return n;
+    }
+
+    size_t recv_batch(std::span<const std::span<std::byte>> bufs,
+                      std::span<size_t> sizes) override {
+        size_t n = take(std::min(bufs.size(), sizes.size()));
+        for (size_t i = 0; i < n; ++i) {
+            sizes[i] = held_[i].size();
+            std::memcpy(bufs[i].data(), held_[i].data(), std::min(held_[i].size(), bufs[i].size()));
+        }
+        return n;
+    }
+
+    size_t recv_views(std::span<std::span<const std::byte>> out, size_t) override {
+        size_t n = take(out.size());
+        for (size_t i = 0; i < n; ++i)
+            out[i] = held_[i];
+        return n;
+    }
+
+    void wait(std::chrono::nanoseconds timeout, bool want_send) override {
+        std::unique_lock lock(mu_);
+        cv_.wait_for(lock, timeout, [&] { return !inbox_.empty() || (want_send && room_ > 0); });
+    }
+
+    std::string describe() const override { return "scripted roce link"; }
+
+    // The script's side.
+    void set_room(size_t n) {
+        std::lock_guard lock(mu_);
+        room_ = n;
+        cv_.notify_all();
+    }
+    std::optional<std::vector<std::byte>> next_sent(std::chrono::nanoseconds within) {
+        std::unique_lock lock(mu_);
+        if (!cv_.wait_for(lock, within, [&] { return !sent_.empty(); }))
+            return std::nullopt;
+        auto f = std::move(sent_.front());
+        sent_.pop_front();
+        return f;
+    }
+    size_t unread() const {
+        std::lock_guard lock(mu_);
+        return sent_.size();
+    }
+    void deliver(std::vector<std::byte> f) {
+        std::lock_guard lock(mu_);
+        inbox_.push_back(std::move(f));
+        cv_.notify_all();
+    }
+
+  private:
+    size_t take(size_t max) {
+        std::lock_guard lock(mu_);
+        held_.clear();
+        while (!inbox_.empty() && held_.size() < max) {
+            held_.push_back(std::move(inbox_.front()));
+            inbox_.pop_front();
+        }
+        return held_.size();
+    }
+
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<std::vector<std::byte>> sent_, inbox_;
+    std::vector<std::vector<std::byte>> held_;
+    size_t room_ = kUnlimited;
+};
+
+struct Sent {
+    uint64_t idx = 0; ///< SENDs: the index on the connection (from the PSN)
+    uint8_t opcode = 0;
+    bool ackreq = false;
+    std::vector<std::byte> frame;
+};
+
+// One rank whose leaf is the test. The rank runs one AllReduce of kPackets
+// packets on its own thread; the test reads what it sends (next()) and
+// answers (result(), ack()).
+class ScriptedRank {
+  public:
+    explicit ScriptedRank(RoceOptions o) : o_(init(std::move(o))), net_(o_.sw) {
+        const SoftConn &k = net_.conn(0);
+        down_.src_mac = k.switch_mac;
+        down_.dst_mac = k.host_mac;
+        down_.src_ip = k.switch_ip;
+        down_.dst_ip = k.host_ip;
+        down_.src_port = k.switch_sport;
+        down_.dst_qpn = k.host_qpn;
+        auto link = std::make_unique<ScriptedLink>();
+        link_ = link.get();
+        comm_ = std::make_unique<Communicator>(roce_config(k, o_, 0), std::move(link));
+        count_ = kPackets * comm_->config().effective_elems_per_packet();
+        in_ = int_data(0, count_, 7);
+        out_.assign(count_, 0);
+    }
+    ~ScriptedRank() {
+        stop_ = true; // a failed script leaves the rank waiting: end it
+        if (thread_.joinable())
+            thread_.join();
+    }
+
+    ScriptedLink &link() { return *link_; }
+
+    void start() {
+        thread_ = std::thread([this] {
+            try {
+                comm_->allreduce(in_.data(), out_.data(), count_, DType::Int32, ReduceOp::Sum);
+            } catch (...) {
+                err_ = std::current_exception();
+            }
+        });
+    }
+
+    /// Waits for the AllReduce; it must have succeeded with one rank's sum
+    /// (its own input) and left nothing unread on the link.
+    void finish() {
+        thread_.join();
+        if (err_) {
+            try {
+                std::rethrow_exception(err_);
+            } catch (const std::exception &e) {
+                FAIL() << e.what();
+            }
+        }
+        EXPECT_EQ(out_, in_);
+        EXPECT_EQ(link_->unread(), 0u) << "frames sent after the last one the script expected";
+    }
+
+    /// The next frame the rank sent; fails the test if none comes.
+    Sent next() {
+        Sent s;
+        auto f = link_->next_sent(kWaitFrame);
+        if (!f) {
+            ADD_FAILURE() << "the rank sent nothing more";
+            return s;
+        }
+        detail::RoceFrameView v;
+        EXPECT_EQ(detail::parse_roce(*f, v, true), detail::RoceParse::Ok);
+        s.opcode = v.opcode;
+        s.ackreq = v.ackreq;
+        s.idx = (v.psn - net_.conn(0).up_base) & ROCE_PSN_MASK;
+        s.frame = std::move(*f);
+        return s;
+    }
+
+    /// Reads the next n frames: SENDs of the indices [from, from + n).
+    std::vector<Sent> next_sends(uint64_t from, uint64_t n) {
+        std::vector<Sent> v;
+        for (uint64_t i = 0; i < n; ++i) {
+            v.push_back(next());
+            EXPECT_EQ(v.back().opcode, ROCE_OP_SEND_ONLY_IMM);
+            EXPECT_EQ(v.back().idx, from + i) << "frame " << i << " from idx " << from;
+        }
+        return v;
+    }
+
+    /// The probe: the frame of `idx` with AckReq, then `holes` (the frames
+    /// resent with it), then the rank's ACK.
+    void expect_probe(uint64_t idx, const std::vector<uint64_t> &holes) {
+        Sent p = next();
+        EXPECT_EQ(p.opcode, ROCE_OP_SEND_ONLY_IMM);
+        EXPECT_EQ(p.idx, idx) << "the probe is the oldest frame without a result";
+        EXPECT_TRUE(p.ackreq) << "the probe asks for an ACK";
+        for (uint64_t h : holes)
+            EXPECT_EQ(next().idx, h) << "a hole resent with the probe";
+        EXPECT_EQ(next().opcode, ROCE_OP_ACK) << "the probe ends with the rank's own ACK";
+    }
+
+    /// The leaf's result for a SEND: one rank, so the sum is its payload.
+    void result(const Sent &s) {
+        detail::RoceFrameView v;
+        ASSERT_EQ(detail::parse_roce(s.frame, v, true), detail::RoceParse::Ok);
+        std::vector<std::byte> f(detail::kRoceImmPayloadOff + v.payload.size() + ROCE_ICRC_LEN);
+        uint32_t psn = uint32_t(net_.conn(0).down_base + s.idx) & ROCE_PSN_MASK;
+        f.resize(detail::build_roce_frame(f, down_, ROCE_OP_SEND_ONLY_IMM, psn, false, std::nullopt,
+                                          v.imm, v.payload));
+        link_->deliver(std::move(f));
+    }
+
+    /// The leaf's ACK: it has taken the rank's frames up to idx.
+    void ack(uint64_t idx) {
+        std::vector<std::byte> f(ROCE_ACK_FRAME);
+        uint32_t psn = uint32_t(net_.conn(0).up_base + idx) & ROCE_PSN_MASK;
+        f.resize(detail::build_roce_frame(f, down_, ROCE_OP_ACK, psn, false,
+                                          ROCE_AETH_ACK | uint32_t(idx + 1), std::nullopt, {}));
+        link_->deliver(std::move(f));
+    }
+
+    CommStats stats() const { return comm_->total_stats(); }
+
+  private:
+    RoceOptions init(RoceOptions o) {
+        o.sw.ranks = 1;
+        o.window = uint32_t(kPackets);
+        o.timeout = std::chrono::milliseconds(100);
+        o.max_timeout = std::chrono::milliseconds(400);
+        o.deadline = std::chrono::milliseconds(20000);
+        o.stop = &stop_;
+        return o;
+    }
+
+    std::atomic<bool> stop_{false};
+    RoceOptions o_;
+    SoftRoceNet net_; ///< only its connection's addresses and PSN bases
+    detail::RoceEndpoint down_;
+    ScriptedLink *link_ = nullptr;
+    std::unique_ptr<Communicator> comm_;
+    size_t count_ = 0;
+    std::vector<int32_t> in_, out_;
+    std::thread thread_;
+    std::exception_ptr err_;
+};
+
+} // namespace
+
+// The control case: the leaf took idx 0-31 and nothing after (lost, or
+// dropped behind a gap whose NAK was lost), and frames 32-63 went at the
+// same time as the rest, before the timer started. The probe's answer sends
+// the rank back to 32, once, with one cut of what it keeps in flight.
+TEST(RoceProbe, AnAckBelowWhatWasSentBeforeTheTimerSendsBack) {
+    ScriptedRank rank({});
+    rank.start();
+    auto first = rank.next_sends(0, kPackets);
+    if (testing::Test::HasFailure())
+        return;
+    rank.expect_probe(0, {});
+    rank.ack(31);
+    auto again = rank.next_sends(32, kPackets - 32);
+    for (const Sent &s : first)
+        rank.result(s);
+    rank.finish();
+    CommStats s = rank.stats();
+    EXPECT_EQ(s.timeouts, 1u);
+    EXPECT_EQ(s.window_cuts, 1u);
+    EXPECT_EQ(s.retransmissions, 1u + 32u) << "the probe, then 32-63 once";
+    EXPECT_EQ(s.naks, 0u);
+}
+
+// A full send ring held frames 32-63 back; they went later, less than a
+// timeout before the probe, and may still be queued at the switch: the
+// leaf's ACK of 31 says nothing about them. The rank must not go back
+// (83728d0: on tree1248 it went back and cut 70-230 times per rank per
+// 256 MiB without a loss).
+TEST(RoceProbe, FramesSentSinceTheTimerStartedAreNotSentBack) {
+    ScriptedRank rank({});
+    rank.link().set_room(32);
+    rank.start();
+    auto first = rank.next_sends(0, 32);
+    if (testing::Test::HasFailure())
+        return;
+    // Half the timer: the rest go well after it started, well before it
+    // runs out.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    rank.link().set_room(ScriptedLink::kUnlimited);
+    auto rest = rank.next_sends(32, kPackets - 32);
+    rank.expect_probe(0, {});
+    rank.ack(31);
+    for (const auto *part : {&first, &rest})
+        for (const Sent &s : *part)
+            rank.result(s);
+    rank.finish();
+    CommStats s = rank.stats();
+    EXPECT_EQ(s.timeouts, 1u);
+    EXPECT_EQ(s.window_cuts, 0u) << "nothing was lost";
+    EXPECT_EQ(s.retransmissions, 1u) << "the probe only";
+}
+
+// Results for 0-9 and 20 came, none for 10-19: the probe resends 10 and
+// the holes 11-19. The leaf's answer is an ACK of 19, older than the
+// result of 20 (which needs 20 taken): an ACK overtaken on the way. The
+// rank must not go back to 20.
+TEST(RoceProbe, AnAckBelowTheNewestResultIsOldAndIgnored) {
+    ScriptedRank rank({});
+    rank.start();
+    auto first = rank.next_sends(0, kPackets);
+    if (testing::Test::HasFailure())
+        return;
+    for (uint64_t i = 0; i < 10; ++i)
+        rank.result(first[i]);
+    rank.result(first[20]);
+    rank.expect_probe(10, {11, 12, 13, 14, 15, 16, 17, 18, 19});
+    rank.ack(19);
+    for (uint64_t i = 10; i < kPackets; ++i)
+        if (i != 20)
+            rank.result(first[i]);
+    rank.finish();
+    CommStats s = rank.stats();
+    EXPECT_EQ(s.timeouts, 1u);
+    EXPECT_EQ(s.window_cuts, 0u) << "the ACK was old";
+    EXPECT_EQ(s.retransmissions, 10u) << "the probe and the holes";
+    EXPECT_EQ(s.fast_retransmits, 0u) << "20 is within the reordering limit of 10";
+}
