@@ -1,15 +1,18 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// A strict-order host's timeout probe (docs/ROCE.md §4) against a leaf the
-// test plays by hand: every frame the engine sends is read here in order,
-// and the answers (results, ACKs) are the ones each case names, in the
-// order it names. The soft switch model cannot produce these cases: it
-// takes every frame the moment it is sent, so none is ever in flight, and
-// its ACKs are never old. What the engine must not do with the answer to
-// its probe:
-// - go back over frames sent less than a timeout before the probe (they
-//   may still be queued at a busy switch), and
-// - go back on an ACK below the newest result (an old one, overtaken).
-// The control case checks that it does go back when the ACK shows a loss.
+// A strict-order roce host (docs/ROCE.md §4) against a leaf the test plays
+// by hand: every frame the engine sends is read here in order, and the
+// answers (results, ACKs, NAKs) are the ones each case names, in the order
+// it names. The soft switch model cannot produce these cases: it takes every
+// frame the moment it is sent, so none is ever in flight, and its ACKs are
+// never old.
+// - RoceProbe: what the engine must not do with the answer to a timeout's
+//   probe: go back over frames sent less than a timeout before the probe
+//   (they may still be queued at a busy switch), or on an ACK below the
+//   newest result (an old one, overtaken); and that it does go back when
+//   the ACK shows a loss.
+// - RoceLossWindow: the frames it keeps in flight after a loss, exactly:
+//   halved once per loss (NAKs of frames sent before the cut are the same
+//   loss), one more per that many results.
 // No timing assertions: the timer is 100 ms and the script answers at once.
 #include "roce_soft_switch.h"
 #include "roce_test_config.h"
@@ -23,6 +26,7 @@
 #include <deque>
 #include <exception>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -32,7 +36,7 @@ using namespace incxdp::test;
 
 namespace {
 
-constexpr uint64_t kPackets = 64; // one call, the whole window
+constexpr uint64_t kPackets = 64; // RoceProbe: one call, the whole window
 constexpr auto kWaitFrame = std::chrono::seconds(3);
 
 // The host's side of the link: frames the engine sends queue up for the
@@ -127,12 +131,13 @@ struct Sent {
     std::vector<std::byte> frame;
 };
 
-// One rank whose leaf is the test. The rank runs one AllReduce of kPackets
+// One rank whose leaf is the test. The rank runs one AllReduce of `packets`
 // packets on its own thread; the test reads what it sends (next()) and
-// answers (result(), ack()).
+// answers (result(), ack(), nak()).
 class ScriptedRank {
   public:
-    explicit ScriptedRank(RoceOptions o) : o_(init(std::move(o))), net_(o_.sw) {
+    explicit ScriptedRank(uint64_t packets = kPackets, uint32_t window = uint32_t(kPackets))
+        : o_(options(window)), net_(o_.sw) {
         const SoftConn &k = net_.conn(0);
         down_.src_mac = k.switch_mac;
         down_.dst_mac = k.host_mac;
@@ -143,7 +148,7 @@ class ScriptedRank {
         auto link = std::make_unique<ScriptedLink>();
         link_ = link.get();
         comm_ = std::make_unique<Communicator>(roce_config(k, o_, 0), std::move(link));
-        count_ = kPackets * comm_->config().effective_elems_per_packet();
+        count_ = packets * comm_->config().effective_elems_per_packet();
         in_ = int_data(0, count_, 7);
         out_.assign(count_, 0);
     }
@@ -168,6 +173,8 @@ class ScriptedRank {
     /// Waits for the AllReduce; it must have succeeded with one rank's sum
     /// (its own input) and left nothing unread on the link.
     void finish() {
+        if (testing::Test::HasFailure())
+            stop_ = true; // the script went wrong: do not wait for the deadline
         thread_.join();
         if (err_) {
             try {
@@ -194,18 +201,18 @@ class ScriptedRank {
         s.ackreq = v.ackreq;
         s.idx = (v.psn - net_.conn(0).up_base) & ROCE_PSN_MASK;
         s.frame = std::move(*f);
+        if (s.opcode == ROCE_OP_SEND_ONLY_IMM)
+            frames_[s.idx] = s.frame;
         return s;
     }
 
     /// Reads the next n frames: SENDs of the indices [from, from + n).
-    std::vector<Sent> next_sends(uint64_t from, uint64_t n) {
-        std::vector<Sent> v;
-        for (uint64_t i = 0; i < n; ++i) {
-            v.push_back(next());
-            EXPECT_EQ(v.back().opcode, ROCE_OP_SEND_ONLY_IMM);
-            EXPECT_EQ(v.back().idx, from + i) << "frame " << i << " from idx " << from;
+    void next_sends(uint64_t from, uint64_t n) {
+        for (uint64_t i = 0; i < n && !testing::Test::HasFailure(); ++i) {
+            Sent f = next();
+            EXPECT_EQ(f.opcode, ROCE_OP_SEND_ONLY_IMM);
+            EXPECT_EQ(f.idx, from + i) << "frame " << i << " from idx " << from;
         }
-        return v;
     }
 
     /// The probe: the frame of `idx` with AckReq, then `holes` (the frames
@@ -220,32 +227,47 @@ class ScriptedRank {
         EXPECT_EQ(next().opcode, ROCE_OP_ACK) << "the probe ends with the rank's own ACK";
     }
 
-    /// The leaf's result for a SEND: one rank, so the sum is its payload.
-    void result(const Sent &s) {
+    /// The leaf's result for the SEND of idx (read by next() before): one
+    /// rank, so the sum is its payload.
+    void result(uint64_t idx) {
+        auto it = frames_.find(idx);
+        ASSERT_NE(it, frames_.end()) << "idx " << idx << " was never read";
         detail::RoceFrameView v;
-        ASSERT_EQ(detail::parse_roce(s.frame, v, true), detail::RoceParse::Ok);
+        ASSERT_EQ(detail::parse_roce(it->second, v, true), detail::RoceParse::Ok);
         std::vector<std::byte> f(detail::kRoceImmPayloadOff + v.payload.size() + ROCE_ICRC_LEN);
-        uint32_t psn = uint32_t(net_.conn(0).down_base + s.idx) & ROCE_PSN_MASK;
+        uint32_t psn = uint32_t(net_.conn(0).down_base + idx) & ROCE_PSN_MASK;
         f.resize(detail::build_roce_frame(f, down_, ROCE_OP_SEND_ONLY_IMM, psn, false, std::nullopt,
                                           v.imm, v.payload));
         link_->deliver(std::move(f));
     }
 
-    /// The leaf's ACK: it has taken the rank's frames up to idx.
-    void ack(uint64_t idx) {
-        std::vector<std::byte> f(ROCE_ACK_FRAME);
-        uint32_t psn = uint32_t(net_.conn(0).up_base + idx) & ROCE_PSN_MASK;
-        f.resize(detail::build_roce_frame(f, down_, ROCE_OP_ACK, psn, false,
-                                          ROCE_AETH_ACK | uint32_t(idx + 1), std::nullopt, {}));
-        link_->deliver(std::move(f));
+    void results(uint64_t from, uint64_t to) {
+        for (uint64_t i = from; i < to; ++i)
+            result(i);
     }
+
+    /// The leaf's ACK: it has taken the rank's frames up to idx.
+    void ack(uint64_t idx) { aeth(idx, ROCE_AETH_ACK | uint32_t(idx + 1)); }
+
+    /// The leaf's NAK: it expects idx and drops what comes after it.
+    void nak(uint64_t idx) { aeth(idx, ROCE_AETH_NAK_SEQ | uint32_t(idx)); }
 
     CommStats stats() const { return comm_->total_stats(); }
 
   private:
-    RoceOptions init(RoceOptions o) {
+    void aeth(uint64_t idx, uint32_t aeth) {
+        std::vector<std::byte> f(ROCE_ACK_FRAME);
+        uint32_t psn = uint32_t(net_.conn(0).up_base + idx) & ROCE_PSN_MASK;
+        f.resize(
+            detail::build_roce_frame(f, down_, ROCE_OP_ACK, psn, false, aeth, std::nullopt, {}));
+        link_->deliver(std::move(f));
+    }
+
+    RoceOptions options(uint32_t window) {
+        RoceOptions o;
         o.sw.ranks = 1;
-        o.window = uint32_t(kPackets);
+        o.sw.pool = 1024;
+        o.window = window;
         o.timeout = std::chrono::milliseconds(100);
         o.max_timeout = std::chrono::milliseconds(400);
         o.deadline = std::chrono::milliseconds(20000);
@@ -261,6 +283,7 @@ class ScriptedRank {
     std::unique_ptr<Communicator> comm_;
     size_t count_ = 0;
     std::vector<int32_t> in_, out_;
+    std::map<uint64_t, std::vector<std::byte>> frames_; ///< the last copy of each SEND read
     std::thread thread_;
     std::exception_ptr err_;
 };
@@ -272,16 +295,15 @@ class ScriptedRank {
 // same time as the rest, before the timer started. The probe's answer sends
 // the rank back to 32, once, with one cut of what it keeps in flight.
 TEST(RoceProbe, AnAckBelowWhatWasSentBeforeTheTimerSendsBack) {
-    ScriptedRank rank({});
+    ScriptedRank rank;
     rank.start();
-    auto first = rank.next_sends(0, kPackets);
+    rank.next_sends(0, kPackets);
     if (testing::Test::HasFailure())
         return;
     rank.expect_probe(0, {});
     rank.ack(31);
-    auto again = rank.next_sends(32, kPackets - 32);
-    for (const Sent &s : first)
-        rank.result(s);
+    rank.next_sends(32, kPackets - 32);
+    rank.results(0, kPackets);
     rank.finish();
     CommStats s = rank.stats();
     EXPECT_EQ(s.timeouts, 1u);
@@ -296,22 +318,20 @@ TEST(RoceProbe, AnAckBelowWhatWasSentBeforeTheTimerSendsBack) {
 // (83728d0: on tree1248 it went back and cut 70-230 times per rank per
 // 256 MiB without a loss).
 TEST(RoceProbe, FramesSentSinceTheTimerStartedAreNotSentBack) {
-    ScriptedRank rank({});
+    ScriptedRank rank;
     rank.link().set_room(32);
     rank.start();
-    auto first = rank.next_sends(0, 32);
+    rank.next_sends(0, 32);
     if (testing::Test::HasFailure())
         return;
     // Half the timer: the rest go well after it started, well before it
     // runs out.
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     rank.link().set_room(ScriptedLink::kUnlimited);
-    auto rest = rank.next_sends(32, kPackets - 32);
+    rank.next_sends(32, kPackets - 32);
     rank.expect_probe(0, {});
     rank.ack(31);
-    for (const auto *part : {&first, &rest})
-        for (const Sent &s : *part)
-            rank.result(s);
+    rank.results(0, kPackets);
     rank.finish();
     CommStats s = rank.stats();
     EXPECT_EQ(s.timeouts, 1u);
@@ -324,23 +344,56 @@ TEST(RoceProbe, FramesSentSinceTheTimerStartedAreNotSentBack) {
 // result of 20 (which needs 20 taken): an ACK overtaken on the way. The
 // rank must not go back to 20.
 TEST(RoceProbe, AnAckBelowTheNewestResultIsOldAndIgnored) {
-    ScriptedRank rank({});
+    ScriptedRank rank;
     rank.start();
-    auto first = rank.next_sends(0, kPackets);
+    rank.next_sends(0, kPackets);
     if (testing::Test::HasFailure())
         return;
-    for (uint64_t i = 0; i < 10; ++i)
-        rank.result(first[i]);
-    rank.result(first[20]);
+    rank.results(0, 10);
+    rank.result(20);
     rank.expect_probe(10, {11, 12, 13, 14, 15, 16, 17, 18, 19});
     rank.ack(19);
-    for (uint64_t i = 10; i < kPackets; ++i)
-        if (i != 20)
-            rank.result(first[i]);
+    rank.results(10, 20);
+    rank.results(21, kPackets);
     rank.finish();
     CommStats s = rank.stats();
     EXPECT_EQ(s.timeouts, 1u);
     EXPECT_EQ(s.window_cuts, 0u) << "the ACK was old";
     EXPECT_EQ(s.retransmissions, 10u) << "the probe and the holes";
     EXPECT_EQ(s.fast_retransmits, 0u) << "20 is within the reordering limit of 10";
+}
+
+// Strict order, window 512 (above the 128 a loss may cut to): a NAK of 100
+// halves the frames in flight beyond the oldest index without a result to
+// 256, so the go-back resends 100-255 and stops; each result lets one more
+// go. A second NAK (300) for frames sent before the cut is the same loss:
+// it sends the rank back without a second cut. 256 results after the cut
+// add one: 257 in flight.
+TEST(RoceLossWindow, HalvedOncePerLossAndGrownByOnePerWindowOfResults) {
+    constexpr uint64_t packets = 1024;
+    ScriptedRank rank(packets, 512);
+    rank.start();
+    rank.next_sends(0, 512);
+    if (testing::Test::HasFailure())
+        return;
+    rank.nak(100);
+    rank.next_sends(100, 156); // 100..255: base 0 + 256
+    rank.results(0, 100);
+    rank.next_sends(256, 100); // 256..355: base 100 + 256
+    rank.nak(300);
+    rank.next_sends(300, 56); // again 300..355, still 256 in flight
+    rank.results(100, 356);
+    rank.next_sends(356, 257); // 356..612: base 356 + 257
+    rank.results(356, 613);
+    for (uint64_t idx = 613; idx < packets && !testing::Test::HasFailure(); ++idx) {
+        Sent f = rank.next();
+        EXPECT_EQ(f.idx, idx);
+        rank.result(idx);
+    }
+    rank.finish();
+    CommStats s = rank.stats();
+    EXPECT_EQ(s.naks, 2u);
+    EXPECT_EQ(s.window_cuts, 1u) << "one loss";
+    EXPECT_EQ(s.timeouts, 0u);
+    EXPECT_EQ(s.retransmissions, 156u + 100u + 56u + 156u) << "100..355, 300..355, 356..511";
 }
