@@ -13,6 +13,8 @@
 // - RoceLossWindow: the frames it keeps in flight after a loss, exactly:
 //   halved once per loss (NAKs of frames sent before the cut are the same
 //   loss), one more per that many results.
+// - RoceFastRetransmit: when a missing result's frame goes again, to the
+//   result, and what a late first result teaches.
 // No timing assertions: the timer is 100 ms and the script answers at once.
 #include "roce_soft_switch.h"
 #include "roce_test_config.h"
@@ -101,8 +103,15 @@ class ScriptedLink final : public Transport {
         return sent_.size();
     }
     void deliver(std::vector<std::byte> f) {
+        std::vector<std::vector<std::byte>> one;
+        one.push_back(std::move(f));
+        deliver(std::move(one));
+    }
+    /// At once: up to `batch` frames reach the engine in one receive.
+    void deliver(std::vector<std::vector<std::byte>> frames) {
         std::lock_guard lock(mu_);
-        inbox_.push_back(std::move(f));
+        for (auto &f : frames)
+            inbox_.push_back(std::move(f));
         cv_.notify_all();
     }
 
@@ -227,23 +236,35 @@ class ScriptedRank {
         EXPECT_EQ(next().opcode, ROCE_OP_ACK) << "the probe ends with the rank's own ACK";
     }
 
-    /// The leaf's result for the SEND of idx (read by next() before): one
-    /// rank, so the sum is its payload.
-    void result(uint64_t idx) {
-        auto it = frames_.find(idx);
-        ASSERT_NE(it, frames_.end()) << "idx " << idx << " was never read";
-        detail::RoceFrameView v;
-        ASSERT_EQ(detail::parse_roce(it->second, v, true), detail::RoceParse::Ok);
-        std::vector<std::byte> f(detail::kRoceImmPayloadOff + v.payload.size() + ROCE_ICRC_LEN);
-        uint32_t psn = uint32_t(net_.conn(0).down_base + idx) & ROCE_PSN_MASK;
-        f.resize(detail::build_roce_frame(f, down_, ROCE_OP_SEND_ONLY_IMM, psn, false, std::nullopt,
-                                          v.imm, v.payload));
-        link_->deliver(std::move(f));
+    /// The leaf's results for the SENDs of `idxs` (read by next() before),
+    /// in that order, at once (a receive takes up to 64): one rank, so each
+    /// sum is its payload.
+    void results(const std::vector<uint64_t> &idxs) {
+        std::vector<std::vector<std::byte>> out;
+        for (uint64_t idx : idxs) {
+            auto it = frames_.find(idx);
+            if (it == frames_.end()) {
+                ADD_FAILURE() << "idx " << idx << " was never read";
+                return;
+            }
+            detail::RoceFrameView v;
+            EXPECT_EQ(detail::parse_roce(it->second, v, true), detail::RoceParse::Ok);
+            std::vector<std::byte> f(detail::kRoceImmPayloadOff + v.payload.size() + ROCE_ICRC_LEN);
+            uint32_t psn = uint32_t(net_.conn(0).down_base + idx) & ROCE_PSN_MASK;
+            f.resize(detail::build_roce_frame(f, down_, ROCE_OP_SEND_ONLY_IMM, psn, false,
+                                              std::nullopt, v.imm, v.payload));
+            out.push_back(std::move(f));
+        }
+        link_->deliver(std::move(out));
     }
+    void results(uint64_t from, uint64_t to) { results(range(from, to)); }
+    void result(uint64_t idx) { results({idx}); }
 
-    void results(uint64_t from, uint64_t to) {
+    static std::vector<uint64_t> range(uint64_t from, uint64_t to) {
+        std::vector<uint64_t> v;
         for (uint64_t i = from; i < to; ++i)
-            result(i);
+            v.push_back(i);
+        return v;
     }
 
     /// The leaf's ACK: it has taken the rank's frames up to idx.
@@ -396,4 +417,62 @@ TEST(RoceLossWindow, HalvedOncePerLossAndGrownByOnePerWindowOfResults) {
     EXPECT_EQ(s.window_cuts, 1u) << "one loss";
     EXPECT_EQ(s.timeouts, 0u);
     EXPECT_EQ(s.retransmissions, 156u + 100u + 56u + 156u) << "100..355, 300..355, 356..511";
+}
+
+// Fast retransmit, frame by frame (window 512, so the limit is the learnt
+// reordering, not half of what is in flight). A missing result's frame goes
+// again when 32 later results are in, not at 31: the frames that the
+// oldest index's result lets go come first. Its result then comes twice,
+// the first copy late by 32 (overtaken by 11..42): the rank learns to let
+// 64 pass, and the next missing index (101) waits for 64 later results.
+// Each time, results that would trigger a fast retransmit one too early
+// come in one receive with one that moves the oldest index, so an early
+// resend would come before the new frames.
+TEST(RoceFastRetransmit, AfterThirtyTwoLaterResultsThenAfterWhatWasLearnt) {
+    constexpr uint64_t packets = 1024;
+    ScriptedRank rank(packets, 512);
+    rank.start();
+    rank.next_sends(0, 512);
+    if (testing::Test::HasFailure())
+        return;
+    auto batch = ScriptedRank::range(0, 10); // 0..9, 11..41: 31 later than 10
+    for (uint64_t i = 11; i < 42; ++i)
+        batch.push_back(i);
+    rank.results(batch);
+    rank.next_sends(512, 10); // base 10 + 512: 512..521, and not 10
+    rank.result(42);          // the 32nd later result
+    Sent f = rank.next();
+    EXPECT_EQ(f.idx, 10u) << "fast retransmit";
+    EXPECT_FALSE(f.ackreq) << "not a timeout's probe";
+    rank.results({10, 10});   // both copies: the first was late by 32
+    rank.next_sends(522, 33); // base 43 + 512
+    rank.results(43, 100);
+    rank.next_sends(555, 57); // base 100 + 512
+    // 100 first (late by 64 it would teach 128: a result that late is
+    // reordering), then 63 later than 101.
+    batch = {100};
+    for (uint64_t i = 102; i < 165; ++i)
+        batch.push_back(i);
+    rank.results(batch);
+    f = rank.next();
+    EXPECT_EQ(f.idx, 612u) << "new frame first: 101 waits for 64 later results";
+    rank.result(165);
+    f = rank.next();
+    EXPECT_EQ(f.idx, 101u) << "fast retransmit after 64";
+    EXPECT_FALSE(f.ackreq) << "not a timeout's probe";
+    rank.result(101);
+    rank.results(166, 613);
+    for (uint64_t idx = 613; idx < packets && !testing::Test::HasFailure(); ++idx) {
+        f = rank.next();
+        EXPECT_EQ(f.idx, idx);
+        rank.result(idx);
+    }
+    rank.finish();
+    CommStats s = rank.stats();
+    EXPECT_EQ(s.fast_retransmits, 2u);
+    EXPECT_EQ(s.retransmissions, 2u);
+    EXPECT_EQ(s.reorder, 64u) << "twice the 32 that overtook 10's first result";
+    EXPECT_EQ(s.duplicates, 1u);
+    EXPECT_EQ(s.timeouts, 0u);
+    EXPECT_EQ(s.window_cuts, 0u);
 }
