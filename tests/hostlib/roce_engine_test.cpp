@@ -345,7 +345,6 @@ LateRun allreduce_with_late_results(uint32_t late_by, double drop_down, uint64_t
 // for ≈70 frames lost. Without the learning, each late result costs one
 // too (≈300).
 TEST(RoceEngine, FastRetransmitLearnsHowFarResultsAreReordered) {
-    constexpr uint32_t kRanks = SoftSwitchConfig{}.ranks;
     auto [sc, t] = allreduce_with_late_results(100, 0.005, 11, 3000);
     ASSERT_GT(sc.late, 100u);
     ASSERT_GT(sc.lost, 20u);
@@ -353,12 +352,17 @@ TEST(RoceEngine, FastRetransmitLearnsHowFarResultsAreReordered) {
     EXPECT_LE(t.reorder, 512u / 4) << "at most a quarter of the window";
     EXPECT_GE(t.fast_retransmits, sc.lost / 2) << "lost results still go again before the timer";
     // Learning takes two or three doublings per rank (32 -> ~66 -> 128), with
-    // the two or so late results each window of 100 holds resent at each:
-    // 26-70 fast retransmits over the four ranks before the limit is 128,
-    // depending on how the ranks' threads interleave.
-    EXPECT_LE(t.fast_retransmits, sc.lost + 20 * kRanks)
+    // the two or so late results each window of 100 holds resent at each;
+    // how many depends on how the ranks' threads interleave: 80-119 fast
+    // retransmits in 30 runs beside other tests, 159 once beside two whole
+    // runs of this suite. Without learning every late result is resent too:
+    // 304-306 (lost 71, late 255). The exact rule, frame by frame, is
+    // RoceFastRetransmit's (roce_scripted_leaf_test.cpp).
+    EXPECT_LE(t.fast_retransmits, sc.lost + sc.late / 2)
         << "late results resent beyond learning: " << sc.late << " late, " << sc.lost << " lost";
     RecordProperty("fast_retransmits", int(t.fast_retransmits));
+    RecordProperty("late", int(sc.late));
+    RecordProperty("lost", int(sc.lost));
 }
 
 // Results late by less than the limit cost nothing, but one more than half

@@ -15,6 +15,8 @@
 //   loss), one more per that many results.
 // - RoceFastRetransmit: when a missing result's frame goes again, to the
 //   result, and what a late first result teaches.
+// - RoceAnyOrder: a timeout of a host whose leaf takes its frames in any
+//   order resends the frames sent a timeout ago without a result, only.
 // No timing assertions: the timer is 100 ms and the script answers at once.
 #include "roce_soft_switch.h"
 #include "roce_test_config.h"
@@ -145,8 +147,9 @@ struct Sent {
 // answers (result(), ack(), nak()).
 class ScriptedRank {
   public:
-    explicit ScriptedRank(uint64_t packets = kPackets, uint32_t window = uint32_t(kPackets))
-        : o_(options(window)), net_(o_.sw) {
+    explicit ScriptedRank(uint64_t packets = kPackets, uint32_t window = uint32_t(kPackets),
+                          bool any_order = false)
+        : o_(options(window, any_order)), net_(o_.sw) {
         const SoftConn &k = net_.conn(0);
         down_.src_mac = k.switch_mac;
         down_.dst_mac = k.host_mac;
@@ -284,9 +287,10 @@ class ScriptedRank {
         link_->deliver(std::move(f));
     }
 
-    RoceOptions options(uint32_t window) {
+    RoceOptions options(uint32_t window, bool any_order) {
         RoceOptions o;
         o.sw.ranks = 1;
+        o.sw.any_order = any_order;
         o.sw.pool = 1024;
         o.window = window;
         o.timeout = std::chrono::milliseconds(100);
@@ -474,5 +478,44 @@ TEST(RoceFastRetransmit, AfterThirtyTwoLaterResultsThenAfterWhatWasLearnt) {
     EXPECT_EQ(s.reorder, 64u) << "twice the 32 that overtook 10's first result";
     EXPECT_EQ(s.duplicates, 1u);
     EXPECT_EQ(s.timeouts, 0u);
+    EXPECT_EQ(s.window_cuts, 0u);
+}
+
+// host_order any: the leaf has taken whatever arrived, so a timeout resends
+// only the frames sent at least a timeout ago that have no result. A full
+// send ring held 32..63 back for half the timer: at the first timeout, 20
+// (sent with the first 32) goes again and 40 and 52..63 (sent later) do
+// not; they go at the next one, once the oldest index is 40. Nothing else
+// is sent: no probe, no ACK. (No result is 32 later than a missing one:
+// that would be a fast retransmit.)
+TEST(RoceAnyOrder, TimeoutResendsOnlyTheFramesSentATimeoutAgo) {
+    ScriptedRank rank(kPackets, uint32_t(kPackets), true);
+    rank.link().set_room(32);
+    rank.start();
+    rank.next_sends(0, 32);
+    if (testing::Test::HasFailure())
+        return;
+    rank.results(0, 20);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    rank.link().set_room(ScriptedLink::kUnlimited);
+    rank.next_sends(32, 32);
+    auto later = ScriptedRank::range(21, 40);
+    for (uint64_t i = 41; i < 52; ++i)
+        later.push_back(i);
+    rank.results(later);
+    Sent f = rank.next();
+    EXPECT_EQ(f.idx, 20u) << "the first timeout";
+    EXPECT_EQ(f.opcode, ROCE_OP_SEND_ONLY_IMM);
+    rank.result(20);
+    f = rank.next();
+    EXPECT_EQ(f.idx, 40u) << "the second timeout";
+    rank.next_sends(52, 12);
+    rank.result(40);
+    rank.results(52, kPackets);
+    rank.finish();
+    CommStats s = rank.stats();
+    EXPECT_EQ(s.timeouts, 2u) << "40 and 52..63 waited for the second";
+    EXPECT_EQ(s.retransmissions, 14u);
+    EXPECT_EQ(s.fast_retransmits, 0u);
     EXPECT_EQ(s.window_cuts, 0u);
 }
