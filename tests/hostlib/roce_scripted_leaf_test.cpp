@@ -151,12 +151,6 @@ class ScriptedRank {
                           bool any_order = false)
         : o_(options(window, any_order)), net_(o_.sw) {
         const SoftConn &k = net_.conn(0);
-        down_.src_mac = k.switch_mac;
-        down_.dst_mac = k.host_mac;
-        down_.src_ip = k.switch_ip;
-        down_.dst_ip = k.host_ip;
-        down_.src_port = k.switch_sport;
-        down_.dst_qpn = k.host_qpn;
         auto link = std::make_unique<ScriptedLink>();
         link_ = link.get();
         comm_ = std::make_unique<Communicator>(roce_config(k, o_, 0), std::move(link));
@@ -172,7 +166,9 @@ class ScriptedRank {
 
     ScriptedLink &link() { return *link_; }
 
-    void start() {
+    /// Starts the AllReduce and reads its first `first` SENDs (indices 0
+    /// on); false if they were not those.
+    bool start(uint64_t first) {
         thread_ = std::thread([this] {
             try {
                 comm_->allreduce(in_.data(), out_.data(), count_, DType::Int32, ReduceOp::Sum);
@@ -180,6 +176,8 @@ class ScriptedRank {
                 err_ = std::current_exception();
             }
         });
+        next_sends(0, first);
+        return !testing::Test::HasFailure();
     }
 
     /// Waits for the AllReduce; it must have succeeded with one rank's sum
@@ -227,6 +225,15 @@ class ScriptedRank {
         }
     }
 
+    /// Reads the SENDs of [from, to) one by one, answering each with its
+    /// result as soon as it is read (each lets the next go).
+    void answer_each(uint64_t from, uint64_t to) {
+        for (uint64_t idx = from; idx < to && !testing::Test::HasFailure(); ++idx) {
+            EXPECT_EQ(next().idx, idx);
+            result(idx);
+        }
+    }
+
     /// The probe: the frame of `idx` with AckReq, then `holes` (the frames
     /// resent with it), then the rank's ACK.
     void expect_probe(uint64_t idx, const std::vector<uint64_t> &holes) {
@@ -254,8 +261,8 @@ class ScriptedRank {
             EXPECT_EQ(detail::parse_roce(it->second, v, true), detail::RoceParse::Ok);
             std::vector<std::byte> f(detail::kRoceImmPayloadOff + v.payload.size() + ROCE_ICRC_LEN);
             uint32_t psn = uint32_t(net_.conn(0).down_base + idx) & ROCE_PSN_MASK;
-            f.resize(detail::build_roce_frame(f, down_, ROCE_OP_SEND_ONLY_IMM, psn, false,
-                                              std::nullopt, v.imm, v.payload));
+            f.resize(detail::build_roce_frame(f, net_.down_endpoint(0), ROCE_OP_SEND_ONLY_IMM, psn,
+                                              false, std::nullopt, v.imm, v.payload));
             out.push_back(std::move(f));
         }
         link_->deliver(std::move(out));
@@ -282,8 +289,8 @@ class ScriptedRank {
     void aeth(uint64_t idx, uint32_t aeth) {
         std::vector<std::byte> f(ROCE_ACK_FRAME);
         uint32_t psn = uint32_t(net_.conn(0).up_base + idx) & ROCE_PSN_MASK;
-        f.resize(
-            detail::build_roce_frame(f, down_, ROCE_OP_ACK, psn, false, aeth, std::nullopt, {}));
+        f.resize(detail::build_roce_frame(f, net_.down_endpoint(0), ROCE_OP_ACK, psn, false, aeth,
+                                          std::nullopt, {}));
         link_->deliver(std::move(f));
     }
 
@@ -302,8 +309,7 @@ class ScriptedRank {
 
     std::atomic<bool> stop_{false};
     RoceOptions o_;
-    SoftRoceNet net_; ///< only its connection's addresses and PSN bases
-    detail::RoceEndpoint down_;
+    SoftRoceNet net_; ///< only its connection's addresses, PSN bases and endpoints
     ScriptedLink *link_ = nullptr;
     std::unique_ptr<Communicator> comm_;
     size_t count_ = 0;
@@ -321,9 +327,7 @@ class ScriptedRank {
 // the rank back to 32, once, with one cut of what it keeps in flight.
 TEST(RoceProbe, AnAckBelowWhatWasSentBeforeTheTimerSendsBack) {
     ScriptedRank rank;
-    rank.start();
-    rank.next_sends(0, kPackets);
-    if (testing::Test::HasFailure())
+    if (!rank.start(kPackets))
         return;
     rank.expect_probe(0, {});
     rank.ack(31);
@@ -345,9 +349,7 @@ TEST(RoceProbe, AnAckBelowWhatWasSentBeforeTheTimerSendsBack) {
 TEST(RoceProbe, FramesSentSinceTheTimerStartedAreNotSentBack) {
     ScriptedRank rank;
     rank.link().set_room(32);
-    rank.start();
-    rank.next_sends(0, 32);
-    if (testing::Test::HasFailure())
+    if (!rank.start(32))
         return;
     // Half the timer: the rest go well after it started, well before it
     // runs out.
@@ -370,9 +372,7 @@ TEST(RoceProbe, FramesSentSinceTheTimerStartedAreNotSentBack) {
 // rank must not go back to 20.
 TEST(RoceProbe, AnAckBelowTheNewestResultIsOldAndIgnored) {
     ScriptedRank rank;
-    rank.start();
-    rank.next_sends(0, kPackets);
-    if (testing::Test::HasFailure())
+    if (!rank.start(kPackets))
         return;
     rank.results(0, 10);
     rank.result(20);
@@ -397,9 +397,7 @@ TEST(RoceProbe, AnAckBelowTheNewestResultIsOldAndIgnored) {
 TEST(RoceLossWindow, HalvedOncePerLossAndGrownByOnePerWindowOfResults) {
     constexpr uint64_t packets = 1024;
     ScriptedRank rank(packets, 512);
-    rank.start();
-    rank.next_sends(0, 512);
-    if (testing::Test::HasFailure())
+    if (!rank.start(512))
         return;
     rank.nak(100);
     rank.next_sends(100, 156); // 100..255: base 0 + 256
@@ -410,11 +408,7 @@ TEST(RoceLossWindow, HalvedOncePerLossAndGrownByOnePerWindowOfResults) {
     rank.results(100, 356);
     rank.next_sends(356, 257); // 356..612: base 356 + 257
     rank.results(356, 613);
-    for (uint64_t idx = 613; idx < packets && !testing::Test::HasFailure(); ++idx) {
-        Sent f = rank.next();
-        EXPECT_EQ(f.idx, idx);
-        rank.result(idx);
-    }
+    rank.answer_each(613, packets);
     rank.finish();
     CommStats s = rank.stats();
     EXPECT_EQ(s.naks, 2u);
@@ -435,9 +429,7 @@ TEST(RoceLossWindow, HalvedOncePerLossAndGrownByOnePerWindowOfResults) {
 TEST(RoceFastRetransmit, AfterThirtyTwoLaterResultsThenAfterWhatWasLearnt) {
     constexpr uint64_t packets = 1024;
     ScriptedRank rank(packets, 512);
-    rank.start();
-    rank.next_sends(0, 512);
-    if (testing::Test::HasFailure())
+    if (!rank.start(512))
         return;
     auto batch = ScriptedRank::range(0, 10); // 0..9, 11..41: 31 later than 10
     for (uint64_t i = 11; i < 42; ++i)
@@ -466,11 +458,7 @@ TEST(RoceFastRetransmit, AfterThirtyTwoLaterResultsThenAfterWhatWasLearnt) {
     EXPECT_FALSE(f.ackreq) << "not a timeout's probe";
     rank.result(101);
     rank.results(166, 613);
-    for (uint64_t idx = 613; idx < packets && !testing::Test::HasFailure(); ++idx) {
-        f = rank.next();
-        EXPECT_EQ(f.idx, idx);
-        rank.result(idx);
-    }
+    rank.answer_each(613, packets);
     rank.finish();
     CommStats s = rank.stats();
     EXPECT_EQ(s.fast_retransmits, 2u);
@@ -491,9 +479,7 @@ TEST(RoceFastRetransmit, AfterThirtyTwoLaterResultsThenAfterWhatWasLearnt) {
 TEST(RoceAnyOrder, TimeoutResendsOnlyTheFramesSentATimeoutAgo) {
     ScriptedRank rank(kPackets, uint32_t(kPackets), true);
     rank.link().set_room(32);
-    rank.start();
-    rank.next_sends(0, 32);
-    if (testing::Test::HasFailure())
+    if (!rank.start(32))
         return;
     rank.results(0, 20);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

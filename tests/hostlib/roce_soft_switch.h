@@ -11,8 +11,8 @@
 // any_order (a job's host_order: any), any PSN within the pool that the
 // set has not seen from that rank; MSN, ACK on AckReq (strict: a host's
 // own ACK is answered with the ACK it is owed, if the switch took SENDs
-// since its last positive ACK, as the engine's roce_late_ack); per idx a slot (idx % pool) and set ((idx / pool) & 1) that
-// aggregates int32 SUM/MAX/MIN, takes Broadcast's one payload, and sends
+// since its last positive ACK, as the engine's roce_late_ack); per idx a slot (idx % pool) and set
+// ((idx / pool) & 1) that aggregates int32 SUM/MAX/MIN, takes Broadcast's one payload, and sends
 // the result down to every rank (Reduce: 0 payload except to the root);
 // duplicates get the result if the set holds it, an ACK if it is still
 // incomplete, nothing if the set moved on.
@@ -58,7 +58,7 @@ struct SoftSwitchCounters {
              ahead_drop = 0, ack = 0, absorbed = 0, down = 0, dup_result = 0, dup_ack = 0,
              stale = 0, mismatch = 0, peer_ack = 0, ackreq = 0, wraps = 0, corrupted = 0, late = 0,
              accepted_ahead = 0, ///< any_order: taken beyond the expected PSN
-             late_ack = 0;       ///< a host's ACK answered with the ACK it was owed
+        late_ack = 0;            ///< a host's ACK answered with the ACK it was owed
 };
 
 /// One rank's connection as the switch and the host see it.
@@ -77,6 +77,8 @@ class SoftRoceNet {
 
     /// The CommConfig fields of rank r's connection (transport Roce).
     const SoftConn &conn(uint32_t r) const { return conns_[r]; }
+    /// The switch's side of rank r's connection, for frames toward the host.
+    const detail::RoceEndpoint &down_endpoint(uint32_t r) const { return down_ep_[r]; }
     /// The transport of rank r (one per rank; the net must outlive it).
     std::unique_ptr<Transport> transport(uint32_t r);
     SoftSwitchCounters counters() const;
