@@ -20,6 +20,7 @@
 #include <net/if.h>
 #include <netinet/ip.h>
 #include <netinet/udp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <thread>
 #include <unistd.h>
@@ -198,23 +199,30 @@ TEST_F(NetnsTopo, UpStatusDown) {
     EXPECT_GE(after - before, 14u + 20 + 8 + 3400) << "datagram did not reach sw:p-w1";
 
     // Switch -> host: a frame sent out of a switch port goes through the
-    // host's XDP_PASS program into its UDP stack.
+    // host's XDP_PASS program into its UDP stack. The receiver (a child in
+    // w2's namespace) says when its socket is bound, and the frame goes
+    // until it has it: a fixed number of tries before an unknown start
+    // missed it once (CI, the receiver timed out after 25 frames in 2.5 s).
+    int bound[2];
+    ASSERT_EQ(pipe(bound), 0) << std::strerror(errno);
     std::atomic<bool> received{false};
     std::string recv_error;
     std::thread receiver([&] {
         try {
             detail::in_netns(
                 g.ns("w2"),
-                [] {
+                [&] {
                     const int fd = socket(AF_INET, SOCK_DGRAM, 0);
                     sockaddr_in a{};
                     a.sin_family = AF_INET;
                     a.sin_port = htons(4000);
                     inet_pton(AF_INET, "10.77.0.3", &a.sin_addr);
-                    timeval tv{3, 0};
+                    timeval tv{20, 0};
                     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
                     if (bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)) != 0)
                         throw std::runtime_error(std::string("bind: ") + std::strerror(errno));
+                    if (write(bound[1], "b", 1) != 1)
+                        throw std::runtime_error(std::string("write: ") + std::strerror(errno));
                     char buf[64] = {};
                     const ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
                     close(fd);
@@ -232,8 +240,18 @@ TEST_F(NetnsTopo, UpStatusDown) {
     const auto frame =
         udp_frame(g.t.host_iface_for("w2", "sw").mac, g.t.switch_port_for("sw", "w2").mac,
                   "10.77.0.254", "10.77.0.3", 4000, "incxdp-topo-test");
-    // Resend until the receiver (which binds asynchronously) has it.
-    for (int i = 0; i < 25 && !received; ++i) {
+    // Wait until the receiver's child has bound its socket, or the receiver
+    // is done (it failed).
+    char b = 0;
+    pollfd pfd{bound[0], POLLIN, 0};
+    for (int i = 0; i < 200 && !received && poll(&pfd, 1, 100) == 0; ++i) {
+    }
+    if (pfd.revents & POLLIN) {
+        EXPECT_EQ(read(bound[0], &b, 1), 1);
+    }
+    // Resend until the receiver has it (a frame can still be lost while
+    // the link settles); its own timeout ends this if none arrives.
+    for (int i = 0; i < 150 && !received; ++i) {
         detail::in_netns(
             g.ns("sw"),
             [&] {
@@ -252,6 +270,9 @@ TEST_F(NetnsTopo, UpStatusDown) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     receiver.join();
+    close(bound[0]);
+    close(bound[1]);
+    EXPECT_EQ(b, 'b') << "the receiver never bound its socket";
     EXPECT_EQ(recv_error, "");
 
     EXPECT_EQ(down(g.t, g.prefix), 5u);
