@@ -44,6 +44,9 @@ struct PcapWriter {
             uint32_t sigfigs = 0, snaplen = 65535, linktype = 1; // Ethernet
         } hdr;
         std::fwrite(&hdr, sizeof(hdr), 1, f);
+        // The file is opened once the perf buffers are: with its header on
+        // disk it tells whoever started the capture that it listens.
+        std::fflush(f);
     }
     ~PcapWriter()
     {

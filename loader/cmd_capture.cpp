@@ -25,7 +25,9 @@ void add_capture_command(CLI::App &app)
                                    "Write every frame arriving at incxdp's XDP programs to a pcap file "
                                    "(frames sent by XDP bypass tcpdump's taps)");
     cmd->add_option("-i,--iface", opts->ifaces, "Interface (repeatable); default: every one running ours");
-    cmd->add_option("-w,--write", opts->file, "pcap file to write")->required();
+    cmd->add_option("-w,--write", opts->file,
+                    "pcap file to write; it appears, with its header, once the capture listens")
+        ->required();
     cmd->add_option("-c,--count", opts->count, "Stop after this many frames");
     cmd->add_option("--seconds", opts->seconds, "Stop after this many seconds")->check(CLI::NonNegativeNumber);
     cmd->callback([opts] {

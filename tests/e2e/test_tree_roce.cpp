@@ -20,6 +20,19 @@
 namespace incxdp::test {
 namespace {
 
+// `incxdp capture -w FILE` creates FILE, with its pcap header, once its
+// perf buffers are open: from then on it sees every frame.
+bool capture_listens(const std::string &file)
+{
+    for (int i = 0; i < 600; ++i) {
+        std::error_code ec;
+        if (std::filesystem::file_size(file, ec) >= 24 && !ec)
+            return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+}
+
 class Tree124 : public TreeTopology {
   protected:
     static void SetUpTestSuite() { bring_up("tree124", "ixr"); }
@@ -654,8 +667,8 @@ void Tree124::capture_and_check(uint32_t elems)
             return in_node(n, {INCXDP_CLI, "capture", "-w", f, "--seconds", "120"});
         }));
     }
-    // The capture processes open their perf buffers before the run starts.
-    std::this_thread::sleep_for(std::chrono::seconds(2));
+    for (const auto &f : files)
+        ASSERT_TRUE(capture_listens(f)) << f << ": the capture did not start";
     TreeRun s{"allreduce", "1M"};
     s.apply = false;
     s.iters = 8;
@@ -774,11 +787,11 @@ TEST_F(Tree124Jumbo, ALargerFrameIsCountedTooLongAndCapturedWhole)
         ~Cleanup() { fs::remove(f); }
     } cleanup{pcap};
 
+    fs::remove(pcap);
     auto cap = std::async(std::launch::async, [&] {
         return in_node(link.parent, {INCXDP_CLI, "capture", "-i", link.parent_iface, "-w", pcap, "--seconds", "60"});
     });
-    // The capture opens its perf buffers first.
-    std::this_thread::sleep_for(std::chrono::seconds(2));
+    ASSERT_TRUE(capture_listens(pcap)) << pcap << ": the capture did not start";
     auto before = stats(link.parent);
     // Through the host's stack, three 5000 B datagrams to the leaf: two to
     // UDP 4791 (RoCEv2), one to the native aggregation port. Each is one
