@@ -65,6 +65,14 @@ uint32_t RoceEngine::up_psn(uint64_t idx) const {
     return uint32_t(cfg_.roce.up_base + idx) & ROCE_PSN_MASK;
 }
 
+// A PSN of the stream starting at `stream_base` names the index (psn -
+// stream_base) mod 2^24; placed relative to the oldest index without a
+// result (the window is far below 2^23, so the signed 24-bit distance is
+// unambiguous).
+int32_t RoceEngine::from_base(uint32_t psn, uint32_t stream_base) const {
+    return roce_psn_diff((psn - stream_base) & ROCE_PSN_MASK, uint32_t(base_) & ROCE_PSN_MASK);
+}
+
 void RoceEngine::run(RocePackets &call, const char *what, CommStats &stats) {
     uint64_t count = call.count();
     if (count == 0)
@@ -224,11 +232,8 @@ void RoceEngine::handle(std::span<const std::byte> frame, Clock::time_point now)
 }
 
 void RoceEngine::on_result(const RoceFrameView &v, Clock::time_point now) {
-    // The switch's PSN names the index: (psn - down_base) mod 2^24, placed
-    // relative to the oldest index without a result (the window is far
-    // below 2^23, so the signed 24-bit distance is unambiguous).
-    uint32_t idx24 = (v.psn - cfg_.roce.down_base) & ROCE_PSN_MASK;
-    int32_t d = roce_psn_diff(idx24, uint32_t(base_) & ROCE_PSN_MASK);
+    // The switch's PSN names the index.
+    int32_t d = from_base(v.psn, cfg_.roce.down_base);
     if (d < 0) {
         ++stats_->duplicates; // an index whose result we already took
         if (uint64_t back = uint64_t(-int64_t(d)); back <= base_)
@@ -292,8 +297,7 @@ void RoceEngine::on_ack(const RoceFrameView &v, Clock::time_point now) {
     ++stats_->naks;
     probing_ = false;
     // PSN = what the switch expects next on our stream.
-    uint32_t idx24 = (v.psn - cfg_.roce.up_base) & ROCE_PSN_MASK;
-    int32_t d = roce_psn_diff(idx24, uint32_t(base_) & ROCE_PSN_MASK);
+    int32_t d = from_base(v.psn, cfg_.roce.up_base);
     if (d < 0) {
         ++stats_->stale; // expects an index we have the result of: a NAK from the past
         return;
@@ -479,8 +483,7 @@ void RoceEngine::probe(Clock::time_point now, Clock::duration waited) {
 // back there.
 void RoceEngine::on_probe_answer(const RoceFrameView &v, Clock::time_point now) {
     probing_ = false;
-    uint32_t idx24 = (v.psn - cfg_.roce.up_base) & ROCE_PSN_MASK;
-    int32_t d = roce_psn_diff(idx24, uint32_t(base_) & ROCE_PSN_MASK);
+    int32_t d = from_base(v.psn, cfg_.roce.up_base);
     if (d < -1)
         return; // older than the oldest index we wait for
     uint64_t next = base_ + uint64_t(int64_t(d) + 1);

@@ -52,6 +52,7 @@ class RoceEngine final : public RoceLink {
 
     Entry &entry(uint64_t idx) { return ring_[idx % ring_.size()]; }
     uint32_t up_psn(uint64_t idx) const;
+    int32_t from_base(uint32_t psn, uint32_t stream_base) const;
     void fill_and_send(Clock::time_point now);
     bool can_build() const;
     bool build_next();

@@ -18,6 +18,7 @@
 // - RoceAnyOrder: a timeout of a host whose leaf takes its frames in any
 //   order resends the frames sent a timeout ago without a result, only.
 // No timing assertions: the timer is 100 ms and the script answers at once.
+#include "held_frames_transport.h"
 #include "roce_soft_switch.h"
 #include "roce_test_config.h"
 #include "test_data.h"
@@ -47,7 +48,7 @@ constexpr auto kWaitFrame = std::chrono::seconds(3);
 // script; frames the script delivers are what the engine receives. `room`
 // is how many more frames the send ring takes (a full ring makes the engine
 // wait for POLLOUT and send the rest later).
-class ScriptedLink final : public Transport {
+class ScriptedLink final : public HeldFramesTransport {
   public:
     static constexpr size_t kUnlimited = std::numeric_limits<size_t>::max();
 
@@ -59,23 +60,6 @@ class ScriptedLink final : public Transport {
         if (room_ != kUnlimited)
             room_ -= n;
         cv_.notify_all();
-        return n;
-    }
-
-    size_t recv_batch(std::span<const std::span<std::byte>> bufs,
-                      std::span<size_t> sizes) override {
-        size_t n = take(std::min(bufs.size(), sizes.size()));
-        for (size_t i = 0; i < n; ++i) {
-            sizes[i] = held_[i].size();
-            std::memcpy(bufs[i].data(), held_[i].data(), std::min(held_[i].size(), bufs[i].size()));
-        }
-        return n;
-    }
-
-    size_t recv_views(std::span<std::span<const std::byte>> out, size_t) override {
-        size_t n = take(out.size());
-        for (size_t i = 0; i < n; ++i)
-            out[i] = held_[i];
         return n;
     }
 
@@ -118,20 +102,14 @@ class ScriptedLink final : public Transport {
     }
 
   private:
-    size_t take(size_t max) {
+    size_t take(std::vector<std::vector<std::byte>> &held, size_t max) override {
         std::lock_guard lock(mu_);
-        held_.clear();
-        while (!inbox_.empty() && held_.size() < max) {
-            held_.push_back(std::move(inbox_.front()));
-            inbox_.pop_front();
-        }
-        return held_.size();
+        return take_front(inbox_, held, max);
     }
 
     mutable std::mutex mu_;
     std::condition_variable cv_;
     std::deque<std::vector<std::byte>> sent_, inbox_;
-    std::vector<std::vector<std::byte>> held_;
     size_t room_ = kUnlimited;
 };
 
@@ -139,7 +117,6 @@ struct Sent {
     uint64_t idx = 0; ///< SENDs: the index on the connection (from the PSN)
     uint8_t opcode = 0;
     bool ackreq = false;
-    std::vector<std::byte> frame;
 };
 
 // One rank whose leaf is the test. The rank runs one AllReduce of `packets`
@@ -210,9 +187,8 @@ class ScriptedRank {
         s.opcode = v.opcode;
         s.ackreq = v.ackreq;
         s.idx = (v.psn - net_.conn(0).up_base) & ROCE_PSN_MASK;
-        s.frame = std::move(*f);
         if (s.opcode == ROCE_OP_SEND_ONLY_IMM)
-            frames_[s.idx] = s.frame;
+            frames_[s.idx] = std::move(*f);
         return s;
     }
 

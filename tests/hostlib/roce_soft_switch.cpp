@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause
 #include "roce_soft_switch.h"
 
+#include "held_frames_transport.h"
+
 #include <arpa/inet.h>
 
 #include <algorithm>
@@ -45,7 +47,7 @@ uint32_t ip(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
     return htonl(a << 24 | b << 16 | c << 8 | d);
 }
 
-class LoopTransport final : public Transport {
+class LoopTransport final : public HeldFramesTransport {
   public:
     LoopTransport(SoftRoceNet &net, uint32_t r) : net_(net), r_(r) {}
 
@@ -55,31 +57,17 @@ class LoopTransport final : public Transport {
         return pkts.size();
     }
 
-    size_t recv_batch(std::span<const std::span<std::byte>> bufs,
-                      std::span<size_t> sizes) override {
-        size_t n = net_.take(r_, held_, std::min(bufs.size(), sizes.size()));
-        for (size_t i = 0; i < n; ++i) {
-            sizes[i] = held_[i].size();
-            std::memcpy(bufs[i].data(), held_[i].data(), std::min(held_[i].size(), bufs[i].size()));
-        }
-        return n;
-    }
-
-    size_t recv_views(std::span<std::span<const std::byte>> out, size_t) override {
-        size_t n = net_.take(r_, held_, out.size());
-        for (size_t i = 0; i < n; ++i)
-            out[i] = held_[i];
-        return n;
-    }
-
     void wait(std::chrono::nanoseconds timeout, bool) override { net_.wait_for(r_, timeout); }
 
     std::string describe() const override { return "soft roce rank " + std::to_string(r_); }
 
   private:
+    size_t take(std::vector<std::vector<std::byte>> &held, size_t max) override {
+        return net_.take(r_, held, max);
+    }
+
     SoftRoceNet &net_;
     uint32_t r_;
-    std::vector<std::vector<std::byte>> held_;
 };
 
 } // namespace
@@ -370,13 +358,7 @@ void SoftRoceNet::deliver(uint32_t r, std::vector<std::byte> f) {
 
 size_t SoftRoceNet::take(uint32_t r, std::vector<std::vector<std::byte>> &out, size_t max) {
     std::lock_guard lock(mu_);
-    out.clear();
-    auto &q = inbox_[r];
-    while (!q.empty() && out.size() < max) {
-        out.push_back(std::move(q.front()));
-        q.pop_front();
-    }
-    return out.size();
+    return take_front(inbox_[r], out, max);
 }
 
 void SoftRoceNet::wait_for(uint32_t r, std::chrono::nanoseconds t) {
