@@ -16,7 +16,8 @@ constexpr size_t kRecvSlack = 64;
 
 Engine::Engine(const CommConfig &cfg, Transport &transport)
     : cfg_(cfg), transport_(transport), wire_(cfg.wire), hdr_len_(header_len(cfg.wire)),
-      max_packet_(hdr_len_ + 4 * size_t(cfg.effective_elems_per_packet())) {
+      max_packet_(hdr_len_ + 4 * size_t(cfg.effective_elems_per_packet())),
+      backlog_(cfg.batch, 2 * size_t(cfg.window) + cfg.batch) {
     send_mem_.resize(size_t(cfg.window) * max_packet_);
     lanes_.resize(cfg.window);
     for (size_t l = 0; l < lanes_.size(); ++l)
@@ -69,8 +70,8 @@ void Engine::run(const Schedule &sched, std::span<const uint16_t> lane_slots,
         }
         if (done_ == sched.steps)
             break;
-        if (now >= next_timer_)
-            check_timers(now);
+        if (backlog_.drained(n) && now >= next_timer_)
+            check_timers(now); // not while answers wait unread (rx_backlog.h)
         if (!send_queue_.empty())
             flush(now);
         if (now - last_progress_ >= cfg_.deadline)

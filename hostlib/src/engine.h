@@ -6,6 +6,7 @@
 #pragma once
 
 #include "packet.h"
+#include "rx_backlog.h"
 #include "schedule.h"
 
 #include <incxdp/communicator.h>
@@ -77,6 +78,7 @@ class Engine {
     Wire wire_;
     size_t hdr_len_;
     size_t max_packet_;
+    RxBacklog backlog_;
 
     std::vector<std::byte> send_mem_;                    ///< window x max_packet
     size_t max_result_;                                  ///< longer datagrams are not ours

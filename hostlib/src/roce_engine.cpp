@@ -51,7 +51,8 @@ RoceEngine::RoceEngine(const CommConfig &cfg, Transport &transport)
     : cfg_(cfg), transport_(transport), tmpl_(endpoint_of(cfg)),
       per_packet_(cfg.effective_elems_per_packet()),
       max_frame_(RoceSendTemplate::frame_len(4 * size_t(per_packet_))), window_(cfg.window),
-      reorder_(kMinReorder), in_flight_(cfg.window) {
+      reorder_(kMinReorder), in_flight_(cfg.window),
+      backlog_(cfg.batch, 2 * size_t(cfg.window) + cfg.batch) {
     send_mem_.resize(size_t(window_) * max_frame_);
     ring_.resize(window_);
     for (size_t i = 0; i < ring_.size(); ++i)
@@ -105,8 +106,8 @@ void RoceEngine::run(RocePackets &call, const char *what, CommStats &stats) {
         }
         if (done_ == count)
             break;
-        if (now >= timer_)
-            on_timer(now);
+        if (backlog_.drained(n) && now >= timer_)
+            on_timer(now); // not while answers wait unread (rx_backlog.h)
         send_singles(fast_, true, now);
         fill_and_send(now);
         if (now - last_progress_ >= cfg_.deadline)

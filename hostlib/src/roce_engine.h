@@ -10,6 +10,7 @@
 
 #include "roce_frame.h"
 #include "roce_packets.h"
+#include "rx_backlog.h"
 
 #include <incxdp/communicator.h>
 #include <incxdp/transport.h>
@@ -95,6 +96,7 @@ class RoceEngine final : public RoceLink {
     /// loss halves it, down to kMinLossWindow; every in_flight_ results add
     /// one back.
     uint64_t in_flight_;
+    RxBacklog backlog_;
     uint64_t grown_ = 0;   ///< results since in_flight_ last grew
     uint64_t recover_ = 0; ///< next_ at the last cut: losses below it are the same one
 

@@ -122,6 +122,13 @@ template <typename T> bool run(Communicator &comm, const Options &o, uint64_t by
                            prim == Prim::Broadcast ? "" : " " + o.boot.op, st.seconds,
                            algbw_mbps(bytes, st.seconds), st.retransmissions, st.rx_dropped,
                            st.bad_icrc, verdict);
+            // What recovered the frames resent or dropped: enough to tell a
+            // lossy link (NAKs) from a starved rank (timeouts, duplicates).
+            if (st.retransmissions > 0 || st.rx_dropped > 0)
+                fmt::print("rank {}: recovery: timeouts {}, naks {}, window cuts {}, fast "
+                           "retransmits {}, duplicates {}, stale {}, acks {}\n",
+                           cfg.rank, st.timeouts, st.naks, st.window_cuts, st.fast_retransmits,
+                           st.duplicates, st.stale, st.acks);
         }
         std::fflush(stdout);
     }

@@ -11,11 +11,14 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <exception>
 #include <functional>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -366,6 +369,81 @@ TEST(CommunicatorE2E, MaxRetriesGivesUp) {
         EXPECT_NE(std::string(e.what()).find("gave up after 2 retransmissions"), std::string::npos)
             << e.what();
     }
+}
+
+// A rank off the CPU for longer than its timeout wakes with the results of
+// its whole window waiting in its socket: the timers must not resend the
+// slots whose results are queued behind the first receive (rx_backlog.h).
+// The transport plays the scheduler: paused, its receives take nothing and
+// its waits do not end.
+class PausedTransport final : public Transport {
+  public:
+    explicit PausedTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
+    size_t send_batch(std::span<const std::span<const std::byte>> pkts) override {
+        return inner_->send_batch(pkts);
+    }
+    size_t recv_batch(std::span<const std::span<std::byte>> bufs,
+                      std::span<size_t> sizes) override {
+        return paused_ ? 0 : inner_->recv_batch(bufs, sizes);
+    }
+    size_t recv_views(std::span<std::span<const std::byte>> out, size_t max_len) override {
+        return paused_ ? 0 : inner_->recv_views(out, max_len);
+    }
+    void wait(std::chrono::nanoseconds timeout, bool want_send) override {
+        inner_->wait(timeout, want_send);
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return !paused_; });
+    }
+    std::string describe() const override { return "paused " + inner_->describe(); }
+    void resume() {
+        std::lock_guard lock(mu_);
+        paused_ = false;
+        cv_.notify_all();
+    }
+
+  private:
+    std::unique_ptr<Transport> inner_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::atomic<bool> paused_{true};
+};
+
+TEST(CommunicatorE2E, TimersWaitUntilTheQueuedResultsAreRead) {
+    ClusterOptions o;
+    o.ranks = 1;
+    o.window = 128; // two receives' worth of results (batch 64)
+    o.elems = 16;
+    Cluster cl(o);
+    CommConfig c = cl.config(0);
+    UdpTransportConfig t;
+    t.local_ip = t.remote_ip = "127.0.0.1";
+    t.local_port = c.local_port;
+    t.remote_port = c.switch_port;
+    t.batch = c.batch;
+    cl.close_all(); // the rank's port is ours now
+    auto paused = std::make_unique<PausedTransport>(make_udp_transport(t));
+    PausedTransport *link = paused.get();
+    Communicator comm(c, std::move(paused));
+    std::vector<int32_t> in = int_data(0, size_t(o.window) * o.elems, 3), out(in.size(), 0);
+    std::exception_ptr err;
+    std::thread rank([&] {
+        try {
+            comm.allreduce(in, out, ReduceOp::Sum);
+        } catch (...) {
+            err = std::current_exception();
+        }
+    });
+    // Every slot's result is back in the socket long before this ends; ten
+    // times the 20 ms timeout.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    link->resume();
+    rank.join();
+    expect_no_errors({err});
+    EXPECT_EQ(out, in);
+    CommStats s = comm.total_stats();
+    EXPECT_EQ(s.timeouts, 0u) << "every result was queued";
+    EXPECT_EQ(s.retransmissions, 0u);
+    EXPECT_EQ(s.results, uint64_t(o.window));
 }
 
 TEST(CommunicatorE2E, RejectsNonFiniteFloatBeforeSending) {

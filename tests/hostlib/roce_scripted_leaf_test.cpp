@@ -66,6 +66,7 @@ class ScriptedLink final : public HeldFramesTransport {
     void wait(std::chrono::nanoseconds timeout, bool want_send) override {
         std::unique_lock lock(mu_);
         cv_.wait_for(lock, timeout, [&] { return !inbox_.empty() || (want_send && room_ > 0); });
+        cv_.wait(lock, [&] { return !paused_; });
     }
 
     std::string describe() const override { return "scripted roce link"; }
@@ -74,6 +75,17 @@ class ScriptedLink final : public HeldFramesTransport {
     void set_room(size_t n) {
         std::lock_guard lock(mu_);
         room_ = n;
+        cv_.notify_all();
+    }
+    /// The rank off the CPU: its receives take nothing and its waits do not
+    /// end (whatever their timeout) until resume().
+    void pause() {
+        std::lock_guard lock(mu_);
+        paused_ = true;
+    }
+    void resume() {
+        std::lock_guard lock(mu_);
+        paused_ = false;
         cv_.notify_all();
     }
     std::optional<std::vector<std::byte>> next_sent(std::chrono::nanoseconds within) {
@@ -104,13 +116,14 @@ class ScriptedLink final : public HeldFramesTransport {
   private:
     size_t take(std::vector<std::vector<std::byte>> &held, size_t max) override {
         std::lock_guard lock(mu_);
-        return take_front(inbox_, held, max);
+        return take_front(inbox_, held, paused_ ? 0 : max);
     }
 
     mutable std::mutex mu_;
     std::condition_variable cv_;
     std::deque<std::vector<std::byte>> sent_, inbox_;
     size_t room_ = kUnlimited;
+    bool paused_ = false;
 };
 
 struct Sent {
@@ -137,6 +150,7 @@ class ScriptedRank {
     }
     ~ScriptedRank() {
         stop_ = true; // a failed script leaves the rank waiting: end it
+        link_->resume();
         if (thread_.joinable())
             thread_.join();
     }
@@ -162,6 +176,7 @@ class ScriptedRank {
     void finish() {
         if (testing::Test::HasFailure())
             stop_ = true; // the script went wrong: do not wait for the deadline
+        link_->resume();
         thread_.join();
         if (err_) {
             try {
@@ -362,6 +377,36 @@ TEST(RoceProbe, AnAckBelowTheNewestResultIsOldAndIgnored) {
     EXPECT_EQ(s.window_cuts, 0u) << "the ACK was old";
     EXPECT_EQ(s.retransmissions, 10u) << "the probe and the holes";
     EXPECT_EQ(s.fast_retransmits, 0u) << "20 is within the reordering limit of 10";
+}
+
+// The rank is off the CPU for longer than its timer while its answers queue
+// up: 64 duplicate results (a receive's worth that moves nothing), an ACK
+// of 127 the leaf sent before the results of 64-191 (its sets were still
+// waiting then), and those results. The rank wakes with its timer past due.
+// It must read all that came before it asks the leaf anything: a probe
+// after the first receive takes the queued ACK for its answer and sends the
+// rank back over 128-191, whose results are right behind it (the Tree124
+// window-2048 runs that overflowed the AF_XDP ring did that).
+TEST(RoceProbe, ATimerPastDueWaitsUntilTheQueuedAnswersAreRead) {
+    constexpr uint64_t packets = 192;
+    ScriptedRank rank(packets, 128);
+    if (!rank.start(128))
+        return;
+    rank.results(0, 64);
+    rank.next_sends(128, 64);
+    rank.link().pause();
+    rank.results(0, 64);
+    rank.ack(127);
+    rank.results(64, packets);
+    // Twice the 100 ms timer, which restarted at the result of 63.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    rank.link().resume();
+    rank.finish();
+    CommStats s = rank.stats();
+    EXPECT_EQ(s.timeouts, 0u) << "every answer was queued";
+    EXPECT_EQ(s.retransmissions, 0u);
+    EXPECT_EQ(s.window_cuts, 0u);
+    EXPECT_EQ(s.duplicates, 64u);
 }
 
 // Strict order, window 512 (above the 128 a loss may cut to): a NAK of 100
