@@ -15,6 +15,7 @@
 #include <incxdp/quantize.h>
 
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -346,11 +347,18 @@ LateRun allreduce_with_late_results(uint32_t late_by, double drop_down, uint64_t
 // too (≈300).
 TEST(RoceEngine, FastRetransmitLearnsHowFarResultsAreReordered) {
     auto [sc, t] = allreduce_with_late_results(100, 0.005, 11, 3000);
-    ASSERT_GT(sc.late, 100u);
-    ASSERT_GT(sc.lost, 20u);
-    EXPECT_GE(t.reorder, 100u) << "results came 100 late";
-    EXPECT_LE(t.reorder, 512u / 4) << "at most a quarter of the window";
-    EXPECT_GE(t.fast_retransmits, sc.lost / 2) << "lost results still go again before the timer";
+    // Whichever check fails, the run's counts say why (it has failed twice
+    // under load, once without its numbers).
+    std::string run = fmt::format("late {}, lost {}, fast retransmits {}, reorder {}, timeouts {}, "
+                                  "retransmissions {}",
+                                  sc.late, sc.lost, t.fast_retransmits, t.reorder, t.timeouts,
+                                  t.retransmissions);
+    ASSERT_GT(sc.late, 100u) << run;
+    ASSERT_GT(sc.lost, 20u) << run;
+    EXPECT_GE(t.reorder, 100u) << "results came 100 late: " << run;
+    EXPECT_LE(t.reorder, 512u / 4) << "at most a quarter of the window: " << run;
+    EXPECT_GE(t.fast_retransmits, sc.lost / 2)
+        << "lost results still go again before the timer: " << run;
     // Learning takes two or three doublings per rank (32 -> ~66 -> 128), with
     // the two or so late results each window of 100 holds resent at each;
     // how many depends on how the ranks' threads interleave: 80-119 fast
@@ -359,7 +367,7 @@ TEST(RoceEngine, FastRetransmitLearnsHowFarResultsAreReordered) {
     // 304-306 (lost 71, late 255). The exact rule, frame by frame, is
     // RoceFastRetransmit's (roce_scripted_leaf_test.cpp).
     EXPECT_LE(t.fast_retransmits, sc.lost + sc.late / 2)
-        << "late results resent beyond learning: " << sc.late << " late, " << sc.lost << " lost";
+        << "late results resent beyond learning: " << run;
     RecordProperty("fast_retransmits", int(t.fast_retransmits));
     RecordProperty("late", int(sc.late));
     RecordProperty("lost", int(sc.lost));
