@@ -52,9 +52,14 @@ std::unique_ptr<Transport> transport_for(const CommConfig &cfg) {
         // ack_every) land while this rank is not running: with 4 ranks on 2
         // CPUs that is the common case, and a full rx ring drops the rest,
         // which comes back only by retransmission (strict go-back-N: with
-        // everything sent after it). So the ring holds 1.25 windows and a batch.
-        t.rx_frames =
-            std::max<uint32_t>(t.rx_frames, cfg.window + cfg.window / 4 + uint32_t(cfg.batch));
+        // everything sent after it). A recovery doubles that: each frame
+        // resent while its result is still on the way draws a second copy
+        // (fast retransmits of late results, a go-back over frames the leaf
+        // had taken). With 1.25 windows and a batch, tree124 at window 2048
+        // still dropped 80 frames in one of ten 256 MiB runs, in one whose
+        // ranks fast-retransmitted 500-1000 frames each. So the ring holds
+        // two windows and a batch (16 MiB of 4 KiB frames at window 2048).
+        t.rx_frames = std::max<uint32_t>(t.rx_frames, 2 * cfg.window + uint32_t(cfg.batch));
         size_t payload = 4 * size_t(cfg.effective_elems_per_packet());
         if (cfg.transport == TransportKind::Roce) {
             // Whole frames: the switch's frames come to local_ip:4791.
