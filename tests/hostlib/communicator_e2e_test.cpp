@@ -2,6 +2,7 @@
 // End-to-end: 4 Communicators on their own threads and UDP ports against the
 // userspace reference switch, lossless and with deterministic loss,
 // duplication and late replays. No timing assertions.
+#include "pause_gate.h"
 #include "ref_switch.h"
 #include "parallel_ranks.h"
 #include "test_data.h"
@@ -11,14 +12,11 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
 #include <exception>
 #include <functional>
 #include <limits>
-#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -374,8 +372,7 @@ TEST(CommunicatorE2E, MaxRetriesGivesUp) {
 // A rank off the CPU for longer than its timeout wakes with the results of
 // its whole window waiting in its socket: the timers must not resend the
 // slots whose results are queued behind the first receive (rx_backlog.h).
-// The transport plays the scheduler: paused, its receives take nothing and
-// its waits do not end.
+// The transport plays the scheduler (pause_gate.h).
 class PausedTransport final : public Transport {
   public:
     explicit PausedTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
@@ -384,28 +381,21 @@ class PausedTransport final : public Transport {
     }
     size_t recv_batch(std::span<const std::span<std::byte>> bufs,
                       std::span<size_t> sizes) override {
-        return paused_ ? 0 : inner_->recv_batch(bufs, sizes);
+        return gate_.paused() ? 0 : inner_->recv_batch(bufs, sizes);
     }
     size_t recv_views(std::span<std::span<const std::byte>> out, size_t max_len) override {
-        return paused_ ? 0 : inner_->recv_views(out, max_len);
+        return gate_.paused() ? 0 : inner_->recv_views(out, max_len);
     }
     void wait(std::chrono::nanoseconds timeout, bool want_send) override {
         inner_->wait(timeout, want_send);
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return !paused_; });
+        gate_.hold();
     }
     std::string describe() const override { return "paused " + inner_->describe(); }
-    void resume() {
-        std::lock_guard lock(mu_);
-        paused_ = false;
-        cv_.notify_all();
-    }
+    PauseGate &gate() { return gate_; }
 
   private:
     std::unique_ptr<Transport> inner_;
-    std::mutex mu_;
-    std::condition_variable cv_;
-    std::atomic<bool> paused_{true};
+    PauseGate gate_;
 };
 
 TEST(CommunicatorE2E, TimersWaitUntilTheQueuedResultsAreRead) {
@@ -423,6 +413,7 @@ TEST(CommunicatorE2E, TimersWaitUntilTheQueuedResultsAreRead) {
     cl.close_all(); // the rank's port is ours now
     auto paused = std::make_unique<PausedTransport>(make_udp_transport(t));
     PausedTransport *link = paused.get();
+    link->gate().pause();
     Communicator comm(c, std::move(paused));
     std::vector<int32_t> in = int_data(0, size_t(o.window) * o.elems, 3), out(in.size(), 0);
     std::exception_ptr err;
@@ -436,7 +427,7 @@ TEST(CommunicatorE2E, TimersWaitUntilTheQueuedResultsAreRead) {
     // Every slot's result is back in the socket long before this ends; ten
     // times the 20 ms timeout.
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    link->resume();
+    link->gate().resume();
     rank.join();
     expect_no_errors({err});
     EXPECT_EQ(out, in);

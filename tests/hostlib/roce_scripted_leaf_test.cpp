@@ -19,6 +19,7 @@
 //   order resends the frames sent a timeout ago without a result, only.
 // No timing assertions: the timer is 100 ms and the script answers at once.
 #include "held_frames_transport.h"
+#include "pause_gate.h"
 #include "roce_soft_switch.h"
 #include "roce_test_config.h"
 #include "test_data.h"
@@ -66,7 +67,8 @@ class ScriptedLink final : public HeldFramesTransport {
     void wait(std::chrono::nanoseconds timeout, bool want_send) override {
         std::unique_lock lock(mu_);
         cv_.wait_for(lock, timeout, [&] { return !inbox_.empty() || (want_send && room_ > 0); });
-        cv_.wait(lock, [&] { return !paused_; });
+        lock.unlock();
+        gate_.hold();
     }
 
     std::string describe() const override { return "scripted roce link"; }
@@ -77,17 +79,9 @@ class ScriptedLink final : public HeldFramesTransport {
         room_ = n;
         cv_.notify_all();
     }
-    /// The rank off the CPU: its receives take nothing and its waits do not
-    /// end (whatever their timeout) until resume().
-    void pause() {
-        std::lock_guard lock(mu_);
-        paused_ = true;
-    }
-    void resume() {
-        std::lock_guard lock(mu_);
-        paused_ = false;
-        cv_.notify_all();
-    }
+    /// The rank off the CPU until resume() (pause_gate.h).
+    void pause() { gate_.pause(); }
+    void resume() { gate_.resume(); }
     std::optional<std::vector<std::byte>> next_sent(std::chrono::nanoseconds within) {
         std::unique_lock lock(mu_);
         if (!cv_.wait_for(lock, within, [&] { return !sent_.empty(); }))
@@ -116,14 +110,14 @@ class ScriptedLink final : public HeldFramesTransport {
   private:
     size_t take(std::vector<std::vector<std::byte>> &held, size_t max) override {
         std::lock_guard lock(mu_);
-        return take_front(inbox_, held, paused_ ? 0 : max);
+        return take_front(inbox_, held, gate_.paused() ? 0 : max);
     }
 
     mutable std::mutex mu_;
     std::condition_variable cv_;
     std::deque<std::vector<std::byte>> sent_, inbox_;
     size_t room_ = kUnlimited;
-    bool paused_ = false;
+    PauseGate gate_;
 };
 
 struct Sent {
