@@ -5,6 +5,7 @@
 // transport's GSO sends and GRO-enabled receives on 127.0.0.1.
 #include "frame.h"
 #include "packet.h"
+#include "rx_backlog.h"
 
 #include <incxdp/transport.h>
 
@@ -194,6 +195,29 @@ class ScriptedTransport final : public Transport {
     void wait(std::chrono::nanoseconds, bool) override {}
     std::string describe() const override { return "scripted"; }
 };
+
+// The engines' timers run once a receive comes back short of a batch: the
+// queue is read to the end (rx_backlog.h).
+TEST(RxBacklog, TimersRunOnceAReceiveComesBackShort) {
+    detail::RxBacklog b(64, 2 * 128 + 64);
+    EXPECT_TRUE(b.drained(0));
+    EXPECT_TRUE(b.drained(63));
+    EXPECT_FALSE(b.drained(64)) << "a full batch: more may be queued";
+    EXPECT_FALSE(b.drained(64));
+    EXPECT_TRUE(b.drained(10));
+}
+
+// A peer that refills the queue as fast as it is read cannot hold the timers
+// off for good: after more full batches in a row than the queue holds (320
+// frames: 5 batches, so 6), the next one lets them run, and the count starts
+// again.
+TEST(RxBacklog, AQueueKeptFullCannotSilenceTheTimers) {
+    detail::RxBacklog b(64, 2 * 128 + 64);
+    for (int i = 0; i < 6; ++i)
+        EXPECT_FALSE(b.drained(64)) << "full batch " << i + 1;
+    EXPECT_TRUE(b.drained(64)) << "the 7th full batch in a row";
+    EXPECT_FALSE(b.drained(64)) << "counted from 0 again";
+}
 
 TEST(Transport, DefaultRecvViewsOverRecvBatch) {
     ScriptedTransport t;
