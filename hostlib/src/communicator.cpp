@@ -6,6 +6,7 @@
 #include "engine.h"
 #include "roce_collectives.h"
 #include "roce_engine.h"
+#include "rx_backlog.h"
 #include "stop.h"
 #include "verbs_link.h"
 
@@ -48,18 +49,7 @@ std::unique_ptr<Transport> transport_for(const CommConfig &cfg) {
         t.follow_queues = cfg.xdp_follow_queues;
         t.tx_live_frames = cfg.xdp_tx_live_frames;
         t.batch = cfg.batch;
-        // Every packet of the window can have its result (and an ACK per
-        // ack_every) land while this rank is not running: with 4 ranks on 2
-        // CPUs that is the common case, and a full rx ring drops the rest,
-        // which comes back only by retransmission (strict go-back-N: with
-        // everything sent after it). A recovery doubles that: each frame
-        // resent while its result is still on the way draws a second copy
-        // (fast retransmits of late results, a go-back over frames the leaf
-        // had taken). With 1.25 windows and a batch, tree124 at window 2048
-        // still dropped 80 frames in one of ten 256 MiB runs, in one whose
-        // ranks fast-retransmitted 500-1000 frames each. So the ring holds
-        // two windows and a batch (16 MiB of 4 KiB frames at window 2048).
-        t.rx_frames = std::max<uint32_t>(t.rx_frames, 2 * cfg.window + uint32_t(cfg.batch));
+        t.rx_frames = std::max(t.rx_frames, detail::rx_queue_frames(cfg)); // rx_backlog.h
         size_t payload = 4 * size_t(cfg.effective_elems_per_packet());
         if (cfg.transport == TransportKind::Roce) {
             // Whole frames: the switch's frames come to local_ip:4791.

@@ -17,7 +17,7 @@ constexpr size_t kRecvSlack = 64;
 Engine::Engine(const CommConfig &cfg, Transport &transport)
     : cfg_(cfg), transport_(transport), wire_(cfg.wire), hdr_len_(header_len(cfg.wire)),
       max_packet_(hdr_len_ + 4 * size_t(cfg.effective_elems_per_packet())),
-      backlog_(cfg.batch, 2 * size_t(cfg.window) + cfg.batch) {
+      backlog_(cfg) {
     send_mem_.resize(size_t(cfg.window) * max_packet_);
     lanes_.resize(cfg.window);
     for (size_t l = 0; l < lanes_.size(); ++l)

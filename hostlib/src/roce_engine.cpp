@@ -52,7 +52,7 @@ RoceEngine::RoceEngine(const CommConfig &cfg, Transport &transport)
       per_packet_(cfg.effective_elems_per_packet()),
       max_frame_(RoceSendTemplate::frame_len(4 * size_t(per_packet_))), window_(cfg.window),
       reorder_(kMinReorder), in_flight_(cfg.window),
-      backlog_(cfg.batch, 2 * size_t(cfg.window) + cfg.batch) {
+      backlog_(cfg) {
     send_mem_.resize(size_t(window_) * max_frame_);
     ring_.resize(window_);
     for (size_t i = 0; i < ring_.size(); ++i)

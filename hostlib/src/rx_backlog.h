@@ -15,9 +15,28 @@
 // `max_full` full batches in a row they run anyway.
 #pragma once
 
+#include <incxdp/communicator.h>
+
 #include <cstddef>
+#include <cstdint>
 
 namespace incxdp::detail {
+
+/// The frames a rank's receive queue is sized for (the AF_XDP rings and
+/// umem a Communicator opens; the engines' bound below). Every packet of
+/// the window can have its result (and an ACK per ack_every) land while the
+/// rank is not running: with 4 ranks on 2 CPUs that is the common case, and
+/// a full ring drops the rest, which comes back only by retransmission
+/// (strict go-back-N: with everything sent after it). A recovery doubles
+/// that: each frame resent while its result is still on the way draws a
+/// second copy (fast retransmits of late results, a go-back over frames the
+/// leaf had taken). With 1.25 windows and a batch, tree124 at window 2048
+/// still dropped 80 frames in one of ten 256 MiB runs, in one whose ranks
+/// fast-retransmitted 500-1000 frames each. So: two windows and a batch
+/// (16 MiB of 4 KiB frames at window 2048).
+inline uint32_t rx_queue_frames(const CommConfig &cfg) {
+    return 2 * cfg.window + uint32_t(cfg.batch);
+}
 
 class RxBacklog {
   public:
@@ -26,6 +45,7 @@ class RxBacklog {
     /// them all means the queue is being refilled as fast as it is read).
     RxBacklog(size_t batch, size_t frames)
         : batch_(batch), max_full_(batch ? frames / batch + 1 : 0) {}
+    explicit RxBacklog(const CommConfig &cfg) : RxBacklog(cfg.batch, rx_queue_frames(cfg)) {}
 
     /// After a receive of `n` frames: whether everything that had arrived
     /// has been read, so that the timers may run.

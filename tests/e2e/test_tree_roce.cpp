@@ -89,9 +89,15 @@ class Tree124 : public TreeTopology {
             auto res = run({"allreduce", size});
             if (std::string(size) == "4")
                 continue;
-            for (size_t rank = 0; rank < res.size(); rank++)
+            for (size_t rank = 0; rank < res.size(); rank++) {
                 EXPECT_GT(worker_count(res[rank], "retx"), 0u)
                     << size << ", rank " << rank << ": no retransmission under 5% loss:\n" << res[rank].out;
+                // The worker's recovery line says what sent them again.
+                EXPECT_GT(worker_count(res[rank], "naks") + worker_count(res[rank], "timeouts") +
+                              worker_count(res[rank], "fast retransmits"),
+                          0u)
+                    << size << ", rank " << rank << ":\n" << res[rank].out;
+            }
         }
     }
 };

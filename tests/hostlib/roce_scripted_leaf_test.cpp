@@ -126,6 +126,20 @@ struct Sent {
     bool ackreq = false;
 };
 
+// What recovery did over a call, checked by every case as one value (a
+// failure prints all three).
+struct Recovery {
+    uint64_t timeouts = 0;
+    uint64_t window_cuts = 0;
+    uint64_t retransmissions = 0;
+    bool operator==(const Recovery &) const = default;
+};
+
+[[maybe_unused]] void PrintTo(const Recovery &r, std::ostream *os) {
+    *os << "{timeouts " << r.timeouts << ", window cuts " << r.window_cuts << ", retransmissions "
+        << r.retransmissions << "}";
+}
+
 // One rank whose leaf is the test. The rank runs one AllReduce of `packets`
 // packets on its own thread; the test reads what it sends (next()) and
 // answers (result(), ack(), nak()).
@@ -269,6 +283,10 @@ class ScriptedRank {
     void nak(uint64_t idx) { aeth(idx, ROCE_AETH_NAK_SEQ | uint32_t(idx)); }
 
     CommStats stats() const { return comm_->total_stats(); }
+    Recovery recovery() const {
+        CommStats s = stats();
+        return {s.timeouts, s.window_cuts, s.retransmissions};
+    }
 
   private:
     void aeth(uint64_t idx, uint32_t aeth) {
@@ -319,11 +337,9 @@ TEST(RoceProbe, AnAckBelowWhatWasSentBeforeTheTimerSendsBack) {
     rank.next_sends(32, kPackets - 32);
     rank.results(0, kPackets);
     rank.finish();
-    CommStats s = rank.stats();
-    EXPECT_EQ(s.timeouts, 1u);
-    EXPECT_EQ(s.window_cuts, 1u);
-    EXPECT_EQ(s.retransmissions, 1u + 32u) << "the probe, then 32-63 once";
-    EXPECT_EQ(s.naks, 0u);
+    // The probe, then 32-63 once.
+    EXPECT_EQ(rank.recovery(), (Recovery{.timeouts = 1, .window_cuts = 1, .retransmissions = 33}));
+    EXPECT_EQ(rank.stats().naks, 0u);
 }
 
 // A full send ring held frames 32-63 back; they went later, less than a
@@ -345,10 +361,8 @@ TEST(RoceProbe, FramesSentSinceTheTimerStartedAreNotSentBack) {
     rank.ack(31);
     rank.results(0, kPackets);
     rank.finish();
-    CommStats s = rank.stats();
-    EXPECT_EQ(s.timeouts, 1u);
-    EXPECT_EQ(s.window_cuts, 0u) << "nothing was lost";
-    EXPECT_EQ(s.retransmissions, 1u) << "the probe only";
+    // Nothing was lost: the probe only.
+    EXPECT_EQ(rank.recovery(), (Recovery{.timeouts = 1, .window_cuts = 0, .retransmissions = 1}));
 }
 
 // Results for 0-9 and 20 came, none for 10-19: the probe resends 10 and
@@ -366,11 +380,9 @@ TEST(RoceProbe, AnAckBelowTheNewestResultIsOldAndIgnored) {
     rank.results(10, 20);
     rank.results(21, kPackets);
     rank.finish();
-    CommStats s = rank.stats();
-    EXPECT_EQ(s.timeouts, 1u);
-    EXPECT_EQ(s.window_cuts, 0u) << "the ACK was old";
-    EXPECT_EQ(s.retransmissions, 10u) << "the probe and the holes";
-    EXPECT_EQ(s.fast_retransmits, 0u) << "20 is within the reordering limit of 10";
+    // The ACK was old: no cut; the probe and the holes went.
+    EXPECT_EQ(rank.recovery(), (Recovery{.timeouts = 1, .window_cuts = 0, .retransmissions = 10}));
+    EXPECT_EQ(rank.stats().fast_retransmits, 0u) << "20 is within the reordering limit of 10";
 }
 
 // The rank is off the CPU for longer than its timer while its answers queue
@@ -396,11 +408,9 @@ TEST(RoceProbe, ATimerPastDueWaitsUntilTheQueuedAnswersAreRead) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     rank.link().resume();
     rank.finish();
-    CommStats s = rank.stats();
-    EXPECT_EQ(s.timeouts, 0u) << "every answer was queued";
-    EXPECT_EQ(s.retransmissions, 0u);
-    EXPECT_EQ(s.window_cuts, 0u);
-    EXPECT_EQ(s.duplicates, 64u);
+    // Every answer was queued: nothing went again.
+    EXPECT_EQ(rank.recovery(), Recovery{});
+    EXPECT_EQ(rank.stats().duplicates, 64u);
 }
 
 // Strict order, window 512 (above the 128 a loss may cut to): a NAK of 100
@@ -425,11 +435,10 @@ TEST(RoceLossWindow, HalvedOncePerLossAndGrownByOnePerWindowOfResults) {
     rank.results(356, 613);
     rank.answer_each(613, packets);
     rank.finish();
-    CommStats s = rank.stats();
-    EXPECT_EQ(s.naks, 2u);
-    EXPECT_EQ(s.window_cuts, 1u) << "one loss";
-    EXPECT_EQ(s.timeouts, 0u);
-    EXPECT_EQ(s.retransmissions, 156u + 100u + 56u + 156u) << "100..355, 300..355, 356..511";
+    // One loss; 100..255, 256..355, 300..355 and 356..511 went again.
+    EXPECT_EQ(rank.recovery(),
+              (Recovery{.timeouts = 0, .window_cuts = 1, .retransmissions = 156 + 100 + 56 + 156}));
+    EXPECT_EQ(rank.stats().naks, 2u);
 }
 
 // Fast retransmit, frame by frame (window 512, so the limit is the learnt
@@ -475,13 +484,11 @@ TEST(RoceFastRetransmit, AfterThirtyTwoLaterResultsThenAfterWhatWasLearnt) {
     rank.results(166, 613);
     rank.answer_each(613, packets);
     rank.finish();
+    EXPECT_EQ(rank.recovery(), (Recovery{.timeouts = 0, .window_cuts = 0, .retransmissions = 2}));
     CommStats s = rank.stats();
     EXPECT_EQ(s.fast_retransmits, 2u);
-    EXPECT_EQ(s.retransmissions, 2u);
     EXPECT_EQ(s.reorder, 64u) << "twice the 32 that overtook 10's first result";
     EXPECT_EQ(s.duplicates, 1u);
-    EXPECT_EQ(s.timeouts, 0u);
-    EXPECT_EQ(s.window_cuts, 0u);
 }
 
 // host_order any: the leaf has taken whatever arrived, so a timeout resends
@@ -514,9 +521,7 @@ TEST(RoceAnyOrder, TimeoutResendsOnlyTheFramesSentATimeoutAgo) {
     rank.result(40);
     rank.results(52, kPackets);
     rank.finish();
-    CommStats s = rank.stats();
-    EXPECT_EQ(s.timeouts, 2u) << "40 and 52..63 waited for the second";
-    EXPECT_EQ(s.retransmissions, 14u);
-    EXPECT_EQ(s.fast_retransmits, 0u);
-    EXPECT_EQ(s.window_cuts, 0u);
+    // 40 and 52..63 waited for the second timeout.
+    EXPECT_EQ(rank.recovery(), (Recovery{.timeouts = 2, .window_cuts = 0, .retransmissions = 14}));
+    EXPECT_EQ(rank.stats().fast_retransmits, 0u);
 }
