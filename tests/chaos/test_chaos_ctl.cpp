@@ -6,6 +6,7 @@
 // pins after the interface is gone.
 #include <incxdp/chaos_ctl.h>
 
+#include "../common/interrupt_cleanup.h"
 #include "../common/private_netns.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
@@ -124,6 +126,7 @@ class ChaosVeth : public ::testing::Test {
         if (error_ = enter_private_netns(); !error_.empty())
             return;
         root_ = "/sys/fs/bpf/incxdp-chaos-ctltest-" + std::to_string(getpid());
+        on_interrupt_.emplace([root = root_] { std::filesystem::remove_all(root); });
         error_ = add_veth_pair("veA", "veB");
     }
 
@@ -131,6 +134,7 @@ class ChaosVeth : public ::testing::Test {
         // The namespace dies with the process; the pins would not.
         std::error_code ec;
         std::filesystem::remove_all(root_, ec);
+        on_interrupt_.reset();
     }
 
     void SetUp() override {
@@ -165,6 +169,7 @@ class ChaosVeth : public ::testing::Test {
     }
 
     static inline std::string error_, root_;
+    static inline std::optional<CleanupOnInterrupt> on_interrupt_;
 };
 
 TEST_F(ChaosVeth, AttachChangeRatesAndDetach) {

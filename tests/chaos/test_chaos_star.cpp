@@ -34,6 +34,7 @@ class ChaosStar : public StarTopology {
   protected:
     static inline std::string chaos_root_;
     static inline bool chaos_on_ = false;
+    static inline std::optional<CleanupOnInterrupt> chaos_interrupt_;
 
     static proc::ProcResult chaos(std::vector<std::string> args) {
         std::vector<std::string> argv = {INCXDP_CLI,    "chaos",     "--topo",
@@ -49,6 +50,8 @@ class ChaosStar : public StarTopology {
             return;
         chaos_root_ = "/sys/fs/bpf/incxdp-chaos-e2e-" + std::to_string(getpid());
         chaos_on_ = true; // before: a half-applied plan is removed too
+        // Registered after the topology's: runs before it.
+        chaos_interrupt_.emplace([root = chaos_root_] { std::filesystem::remove_all(root); });
         auto r = chaos({"--loss", kLoss, "--dup", kDup});
         if (r.status != 0)
             setup_error_ = "incxdp chaos --all-links failed: " + r.err;
@@ -63,6 +66,7 @@ class ChaosStar : public StarTopology {
             proc::run({INCXDP_CLI, "chaos", "--prune", "--pin-dir", chaos_root_});
             rmdir(chaos_root_.c_str());
             chaos_on_ = false;
+            chaos_interrupt_.reset();
         }
         StarTopology::TearDownTestSuite();
     }

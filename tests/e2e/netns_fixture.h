@@ -8,11 +8,14 @@
 #include <incxdp/netns.h>
 #include <incxdp/topology.h>
 #include "process.h"
+#include "../common/interrupt_cleanup.h"
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <functional>
 #include <future>
+#include <optional>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -45,6 +48,7 @@ class NetnsTopology : public ::testing::Test {
     static inline std::string pin_dir_;
     static inline bool up_ = false;
     static inline std::string setup_error_;
+    static inline std::optional<CleanupOnInterrupt> on_interrupt_;
 
     static std::string ns(const std::string &node) { return topo::netns_name(prefix_, node); }
 
@@ -104,6 +108,11 @@ class NetnsTopology : public ::testing::Test {
             }
             for (const auto &j : t.jobs)
                 jobs.push_back(j.id);
+            // Before the first namespace: a signal during `up` finds it.
+            on_interrupt_.emplace([t, prefix = prefix_, pins = pin_dir_] {
+                topo::down(t, prefix);
+                std::filesystem::remove_all(pins);
+            });
             topo::up(t, prefix_);
             up_ = true;
         } catch (const std::exception &e) {
@@ -126,11 +135,14 @@ class NetnsTopology : public ::testing::Test {
 
     static void tear_down()
     {
-        if (!up_)
+        if (!up_) {
+            on_interrupt_.reset(); // nothing of ours is up
             return;
+        }
         cli({"unload"});
         topo::down(topo::Topology::load_file(topo_file_), prefix_);
         up_ = false;
+        on_interrupt_.reset();
     }
 
     void SetUp() override

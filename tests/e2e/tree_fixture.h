@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -42,6 +43,7 @@ class TreeTopology : public ::testing::Test {
     static inline std::string setup_error_;
     static inline std::vector<std::string> switches_;
     static inline std::vector<std::string> ranks_; // host per rank
+    static inline std::optional<CleanupOnInterrupt> on_interrupt_;
 
     static std::string ns(const std::string &node) { return topo::netns_name(prefix_, node); }
     static std::string pin_dir(const std::string &sw) { return topo::switch_pin_dir(pin_root_, prefix_, sw); }
@@ -88,6 +90,13 @@ class TreeTopology : public ::testing::Test {
             setup_error_ = std::string("tree plan failed: ") + e.what();
             return;
         }
+        // Before the first namespace: a signal during `topo up` finds it.
+        on_interrupt_.emplace([file = file_, prefix = prefix_, pins = pin_root_] {
+            auto r = cli({"topo", "down", file, "--prefix", prefix, "--pin-root", pins});
+            if (r.status != 0)
+                std::fprintf(stderr, "incxdp topo down: %s\n", r.err.c_str());
+            std::filesystem::remove_all(pins);
+        });
         auto r = cli({"topo", "up", file_, "--prefix", prefix_});
         if (r.status != 0) {
             setup_error_ = "incxdp topo up failed: " + r.err;
@@ -101,8 +110,10 @@ class TreeTopology : public ::testing::Test {
 
     static void tear_down()
     {
-        if (!up_)
+        if (!up_) {
+            on_interrupt_.reset(); // nothing of ours is up
             return;
+        }
         auto r = cli({"topo", "down", file_, "--prefix", prefix_, "--pin-root", pin_root_});
         if (r.status != 0)
             ADD_FAILURE() << "incxdp topo down failed: " << r.err;
@@ -110,6 +121,7 @@ class TreeTopology : public ::testing::Test {
         if (access(pin_root_.c_str(), F_OK) == 0)
             ADD_FAILURE() << "topo down left " << pin_root_ << " behind";
         up_ = false;
+        on_interrupt_.reset();
     }
 
     void SetUp() override

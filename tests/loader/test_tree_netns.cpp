@@ -7,6 +7,7 @@
 // that `topo down` leaves no pins and no namespaces. Only the maps: the
 // RoCE data path is not exercised here. Needs root.
 #include "process.h"
+#include "../common/interrupt_cleanup.h"
 
 #include <incxdp/maps.h>
 #include <incxdp/netns.h>
@@ -23,6 +24,7 @@
 #include <dirent.h>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -30,6 +32,7 @@
 namespace {
 
 using namespace incxdp;
+using incxdp::test::CleanupOnInterrupt;
 using nlohmann::json;
 namespace proc = incxdp::topo::detail;
 
@@ -69,6 +72,7 @@ class TreeRulesNetns : public ::testing::Test {
     static inline topo::Topology t_;
     static inline topo::TreePlan plan_;
     static inline std::string prefix_, pin_root_;
+    static inline std::optional<CleanupOnInterrupt> on_interrupt_;
 
     static void SetUpTestSuite() {
         if (geteuid() != 0)
@@ -77,20 +81,28 @@ class TreeRulesNetns : public ::testing::Test {
         plan_ = topo::plan_tree(t_, 1);
         prefix_ = "trn" + std::to_string(getpid()) + "-";
         pin_root_ = "/sys/fs/bpf/incxdp-trn" + std::to_string(getpid());
+        on_interrupt_.emplace(take_down);
     }
 
-    // Whatever happened: engines unloaded, namespaces and our pin root gone.
+    static void TearDownTestSuite() { on_interrupt_.reset(); }
+
+    // Engines unloaded, namespaces and our pin root gone.
+    static void take_down() {
+        cli({"topo", "down", kFile, "--prefix", prefix_, "--pin-root", pin_root_});
+        topo::down(t_, prefix_);
+        if (exists(pin_root_))
+            proc::run({"rm", "-rf", pin_root_});
+    }
+
+    // Whatever happened.
     void TearDown() override {
         if (geteuid() != 0)
             return;
-        cli({"topo", "down", kFile, "--prefix", prefix_, "--pin-root", pin_root_});
         try {
-            topo::down(t_, prefix_);
+            take_down();
         } catch (const std::exception &e) {
             ADD_FAILURE() << "cleanup: " << e.what();
         }
-        if (exists(pin_root_))
-            proc::run({"rm", "-rf", pin_root_});
     }
 
     void SetUp() override {

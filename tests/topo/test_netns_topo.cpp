@@ -3,6 +3,7 @@
 // namespaces, veths, MACs, MTU, addresses, neighbours, XDP_PASS on hosts,
 // frames in both directions; then rollback, refusal and down. Needs root.
 #include "process.h"
+#include "../common/interrupt_cleanup.h"
 
 #include <incxdp/netns.h>
 #include <incxdp/topology.h>
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <fstream>
 #include <linux/if_packet.h>
+#include <mutex>
 #include <net/ethernet.h>
 #include <net/if.h>
 #include <netinet/ip.h>
@@ -26,6 +28,7 @@
 #include <unistd.h>
 
 using namespace incxdp::topo;
+using incxdp::test::CleanupOnInterrupt;
 using nlohmann::json;
 namespace detail = incxdp::topo::detail;
 
@@ -41,19 +44,21 @@ bool ns_exists(const std::string &ns) {
 class TopoGuard {
   public:
     TopoGuard()
-        : t(Topology::load_file(kStarPath)), prefix("ixt" + std::to_string(getpid()) + "-") {}
+        : t(Topology::load_file(kStarPath)), prefix("ixt" + std::to_string(getpid()) + "-"),
+          on_interrupt([this] { take_down(); }) {}
     ~TopoGuard() {
         try {
-            down(t, prefix);
+            take_down();
         } catch (const std::exception &e) {
             ADD_FAILURE() << "cleanup: " << e.what();
         }
-        for (const auto &ns : extra)
-            detail::run({"ip", "netns", "del", ns});
     }
     std::string ns(const std::string &node) const { return netns_name(prefix, node); }
     void add_extra(const std::string &name) {
-        extra.push_back(name);
+        {
+            std::lock_guard<std::mutex> lock(extra_mu);
+            extra.push_back(name);
+        }
         detail::run_ok({"ip", "netns", "add", name}, "test setup");
     }
 
@@ -61,7 +66,16 @@ class TopoGuard {
     const std::string prefix;
 
   private:
+    void take_down() {
+        down(t, prefix);
+        std::lock_guard<std::mutex> lock(extra_mu);
+        for (const auto &ns : extra)
+            detail::run({"ip", "netns", "del", ns});
+    }
+
     std::vector<std::string> extra;
+    std::mutex extra_mu; // add_extra and a cleanup after a signal
+    CleanupOnInterrupt on_interrupt; // last: gone before what it takes down
 };
 
 json ip_json(const std::vector<std::string> &argv) {
