@@ -12,9 +12,10 @@
 // and ctest report it as before). The interrupted test goes on meanwhile,
 // except after a crash, where the crashing thread waits in the handler; a
 // test that ends meanwhile, or drops a registration, waits for the cleanups
-// (they end the process). alarm(30) is the backstop if a cleanup hangs (a
-// crash inside malloc can deadlock the thread's fork). SIGKILL (ctest's
-// timeout) cannot be caught: nothing helps there.
+// (they end the process). An alarm (g_backstop_seconds, 30 s) is the
+// backstop if a cleanup hangs (a crash inside malloc can deadlock the
+// thread's fork). SIGKILL (ctest's timeout) cannot be caught: nothing helps
+// there.
 //
 // Children forked without exec (topo's in-netns helpers) inherit the
 // handlers: they take the signal's default action instead.
@@ -45,9 +46,12 @@ namespace interrupt_detail {
 
 inline constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
 inline constexpr int kCrashSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
-inline constexpr unsigned kBackstopSeconds = 30;
+// How long the cleanups may take before SIGALRM ends the process anyway
+// (a test of the backstop shortens it).
+inline unsigned g_backstop_seconds = 30;
 
-// Read by the handler: plain values set before it is installed.
+// Read by the handler: plain values set before it is installed (a pipe
+// means installed).
 inline int g_pipe_w = -1;
 inline pid_t g_owner = 0;
 // The signal being handled, 0 none; lock-free, so the handler may set it.
@@ -58,7 +62,6 @@ struct Registry {
     std::mutex mu;
     std::map<uint64_t, std::function<void()>> fns;
     uint64_t next = 1;
-    bool installed = false;
 };
 // Never destroyed: cleanups may run while exit() destroys statics.
 inline Registry &registry() {
@@ -80,7 +83,7 @@ inline void on_signal(int sig) {
     const int saved = errno;
     int none = 0;
     if (g_caught.compare_exchange_strong(none, sig)) {
-        alarm(kBackstopSeconds);
+        alarm(g_backstop_seconds);
         const char c = char(sig);
         ssize_t n = write(g_pipe_w, &c, 1);
         (void)n;
@@ -236,10 +239,8 @@ class CleanupOnInterrupt {
     explicit CleanupOnInterrupt(std::function<void()> fn) {
         auto &r = interrupt_detail::registry();
         std::lock_guard<std::mutex> lock(r.mu);
-        if (!r.installed) {
+        if (interrupt_detail::g_pipe_w < 0)
             interrupt_detail::install();
-            r.installed = true;
-        }
         id_ = r.next++;
         r.fns.emplace(id_, std::move(fn));
     }
