@@ -16,14 +16,9 @@ namespace {
 
 constexpr uint32_t kMaxElems = ROCE_MAX_ELEMS;
 
-// clang-format off
-constexpr const char *kStatNames[kStatCount] = {
-    "rx", "not_roce", "roce_malformed", "roce_bad_icrc", "roce_unknown_qp", "roce_absorbed",
-    "roce_ack", "roce_nak", "roce_ahead_drop", "roce_up", "roce_down", "roce_dup_ack",
-    "roce_dup_result", "roce_dup_up", "roce_stale", "roce_mismatch", "roce_peer_ack",
-    "roce_peer_nak", "retx_up", "tx", "tx_fail",
-}; // in enum Stat's order (ref_pcap_agg.h)
-// clang-format on
+#define REFSW_STAT_NAME_(name) #name,
+constexpr const char *kStatNames[kStatCount] = {REFSW_STATS(REFSW_STAT_NAME_)};
+#undef REFSW_STAT_NAME_
 
 uint32_t ip_of(const std::string &s) {
     in_addr a{};

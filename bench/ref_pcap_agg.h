@@ -25,15 +25,35 @@
 
 namespace incxdp::refsw {
 
-// clang-format off
-/// Counters, named as the engine's (maps.h, `incxdp stats`) where they mean the same.
-enum Stat {
-    S_rx, S_not_roce, S_roce_malformed, S_roce_bad_icrc, S_roce_unknown_qp, S_roce_absorbed,
-    S_roce_ack, S_roce_nak, S_roce_ahead_drop, S_roce_up, S_roce_down, S_roce_dup_ack,
-    S_roce_dup_result, S_roce_dup_up, S_roce_stale, S_roce_mismatch, S_roce_peer_ack,
-    S_roce_peer_nak, S_retx_up, S_tx, S_tx_fail, kStatCount
-};
-// clang-format on
+/// Counters, named as the engine's (INCXDP_STATS in maps.h, `incxdp stats`)
+/// where they mean the same. The one list: X(name) gives S_<name> and the
+/// name stats_line() prints.
+#define REFSW_STATS(X)                                                                             \
+    X(rx)                                                                                          \
+    X(not_roce)                                                                                    \
+    X(roce_malformed)                                                                              \
+    X(roce_bad_icrc)                                                                               \
+    X(roce_unknown_qp)                                                                             \
+    X(roce_absorbed)                                                                               \
+    X(roce_ack)                                                                                    \
+    X(roce_nak)                                                                                    \
+    X(roce_ahead_drop)                                                                             \
+    X(roce_up)                                                                                     \
+    X(roce_down)                                                                                   \
+    X(roce_dup_ack)                                                                                \
+    X(roce_dup_result)                                                                             \
+    X(roce_dup_up)                                                                                 \
+    X(roce_stale)                                                                                  \
+    X(roce_mismatch)                                                                               \
+    X(roce_peer_ack)                                                                               \
+    X(roce_peer_nak)                                                                               \
+    X(retx_up)                                                                                     \
+    X(tx)                                                                                          \
+    X(tx_fail)
+
+#define REFSW_STAT_ENUMERATOR_(name) S_##name,
+enum Stat { REFSW_STATS(REFSW_STAT_ENUMERATOR_) kStatCount };
+#undef REFSW_STAT_ENUMERATOR_
 
 /// Frames to send, each for one port; built under a slot's mutex, sent after it.
 class TxQueue {

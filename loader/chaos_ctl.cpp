@@ -255,14 +255,9 @@ void apply_update(const RateUpdate &u, incxdp_chaos_config &c) {
 
 Counters counters_from(const uint64_t (&sum)[INCXDP_CHAOS_STAT_MAX]) {
     Counters c;
-    c.seen = sum[INCXDP_CHAOS_SEEN];
-    c.dropped = sum[INCXDP_CHAOS_DROPPED];
-    c.passed = sum[INCXDP_CHAOS_PASSED];
-    c.duplicated = sum[INCXDP_CHAOS_DUPLICATED];
-    c.corrupted = sum[INCXDP_CHAOS_CORRUPTED];
-    c.dup_failed = sum[INCXDP_CHAOS_DUP_FAILED];
-    c.reordered = sum[INCXDP_CHAOS_REORDERED];
-    c.reflected = sum[INCXDP_CHAOS_REFLECTED];
+#define INCXDP_CHAOS_FROM_SUM_(NAME, name, what) c.name = sum[INCXDP_CHAOS_##NAME];
+    INCXDP_CHAOS_STATS(INCXDP_CHAOS_FROM_SUM_)
+#undef INCXDP_CHAOS_FROM_SUM_
     return c;
 }
 
@@ -317,6 +312,10 @@ std::string format_rate(uint32_t ppm) {
 
 json to_json(const HookStatus &s) {
     const Counters &c = s.counters;
+    json counters = json::object();
+#define INCXDP_CHAOS_TO_JSON_(NAME, name, what) counters[#name] = c.name;
+    INCXDP_CHAOS_STATS(INCXDP_CHAOS_TO_JSON_)
+#undef INCXDP_CHAOS_TO_JSON_
     return {{"netns", s.netns},
             {"netns_inode", s.netns_inode},
             {"iface", s.iface},
@@ -333,15 +332,7 @@ json to_json(const HookStatus &s) {
             {"corrupt_ppm", s.rates.corrupt_ppm},
             {"reorder_ppm", s.rates.reorder_ppm},
             {"detour", s.detour},
-            {"counters",
-             {{"seen", c.seen},
-              {"dropped", c.dropped},
-              {"passed", c.passed},
-              {"duplicated", c.duplicated},
-              {"corrupted", c.corrupted},
-              {"dup_failed", c.dup_failed},
-              {"reordered", c.reordered},
-              {"reflected", c.reflected}}}};
+            {"counters", counters}};
 }
 
 HookStatus hook_status_from_json(const json &j) {
@@ -358,10 +349,9 @@ HookStatus hook_status_from_json(const json &j) {
                j.at("corrupt_ppm").get<uint32_t>(), j.at("reorder_ppm").get<uint32_t>()};
     s.detour = j.value("detour", "");
     const json &c = j.at("counters");
-    s.counters = {c.at("seen").get<uint64_t>(),      c.at("dropped").get<uint64_t>(),
-                  c.at("passed").get<uint64_t>(),    c.at("duplicated").get<uint64_t>(),
-                  c.at("corrupted").get<uint64_t>(), c.at("dup_failed").get<uint64_t>(),
-                  c.at("reordered").get<uint64_t>(), c.at("reflected").get<uint64_t>()};
+#define INCXDP_CHAOS_FROM_JSON_(NAME, name, what) s.counters.name = c.at(#name).get<uint64_t>();
+    INCXDP_CHAOS_STATS(INCXDP_CHAOS_FROM_JSON_)
+#undef INCXDP_CHAOS_FROM_JSON_
     return s;
 }
 

@@ -139,7 +139,7 @@ struct Route {
 
 // How a detour can go round from this interface (incxdp/chaos.h). On veth
 // the kernel's NDO_XMIT says whether the peer runs a native program; where
-// it cannot say (before 6.3) the peer is taken to be in our mode, as before.
+// it cannot say (before 6.3) the peer is taken to be in our mode.
 Route route_for(const Maps &m, const std::string &iface) {
     LIBBPF_OPTS(bpf_xdp_query_opts, q);
     if (int err = bpf_xdp_query(int(m.ifindex), 0, &q))

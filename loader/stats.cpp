@@ -11,24 +11,12 @@
 namespace incxdp::ctl {
 
 namespace {
-// A plain array, so that a counter added to maps.h without a name here
-// fails the size check below.
-constexpr const char *kNames[] = {
-    "pass",      "malformed",    "unknown_sender", "wrong_port",    "bad_job",       "bad_slot",
-    "mismatch",  "consumed",     "completed",      "retx_unicast",  "retx_drop",
-    "stale",
-    // RoCEv2 (docs/ROCE.md §3)
-    "roce_malformed", "roce_bad_icrc", "roce_unknown_qp", "roce_absorbed", "roce_ack", "roce_nak",
-    "roce_ahead_drop", "roce_up", "roce_down", "roce_dup_ack", "roce_dup_result", "roce_dup_up",
-    "roce_stale", "roce_mismatch", "roce_peer_ack", "roce_peer_nak",
-    "roce_peer_resend", "roce_late_ack",
-    "chaos", // taken by `incxdp chaos --xdp` (docs/CHAOS.md)
-    "too_long", // in more than one XDP buffer: a frame above ~3.5 KB on a jumbo link
-    "roce_bad_csum", // a nonzero UDP checksum that does not add up (instead of the ICRC check)
-    "redirect_fail", "egress_tx", "egress_drop",
-    "pulled", // arrived in fragments (a driver's small receive buffers), made linear
-};
-static_assert(std::size(kNames) == INCXDP_STAT_MAX, "every counter in maps.h needs a name here");
+// Generated from the counter list in maps.h (INCXDP_STATS), as the enum is,
+// so a name cannot drift from its index.
+#define INCXDP_STAT_NAME_(NAME, name, what) #name,
+constexpr const char *kNames[] = {INCXDP_STATS(INCXDP_STAT_NAME_)};
+#undef INCXDP_STAT_NAME_
+static_assert(std::size(kNames) == INCXDP_STAT_MAX, "INCXDP_STATS and enum incxdp_stat disagree");
 } // namespace
 
 const char *stat_name(enum incxdp_stat s)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
 /*
  * The aggregation engine: SwitchML's per-(slot, set) bitmap, counter and
- * shadow-set rules (docs/WIRE.md §1), generalised to SUM/MAX/MIN and to a
+ * shadow-set rules (docs/PROTOCOLS.md §2), generalised to SUM/MAX/MIN and to a
  * (round, chunk) tag per set for the native header's (rid, cid).
  *
  * Everything between bpf_spin_lock and bpf_spin_unlock must be inline code

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
 /*
- * Wire decoders: SwitchML (docs/WIRE.md §1) and the native incxdp header
+ * Wire decoders: SwitchML (docs/PROTOCOLS.md §2) and the native incxdp header
  * (incxdp/proto.h). They check the header and the payload length, and fill
  * a struct contrib; they touch no state. Return 0 or -1 (malformed).
  */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
 /*
- * The RoCEv2 ICRC (incxdp/roce.h, docs/WIRE.md §2) of the frame in an XDP
+ * The RoCEv2 ICRC (incxdp/roce.h, docs/PROTOCOLS.md §3) of the frame in an XDP
  * buffer: CRC-32 over 8 x 0xFF, the IPv4/UDP/BTH headers with their variant
  * fields masked to ones, and everything after the BTH up to the last 4 bytes,
  * which hold the ICRC little-endian.
@@ -13,9 +13,8 @@
  *   would walk the rest again: ~100k instructions. The walk therefore runs
  *   as bpf_loop() callbacks at a variable offset, which the verifier checks
  *   as one body each (and the kernel inlines into a plain loop).
- * Speed shapes the rest (~0.3-0.4 us per KB, about half of a plain
- * slice-by-8):
- * - a callback costs a call and its bounds checks (~9 ns), so the payload
+ * Speed shapes the rest (docs/BENCH.md "The ICRC walk halved" has the costs):
+ * - a callback costs a call and its bounds checks, so the payload
  *   goes in 256 B blocks; the word before it (ImmDt, AETH) is one inline
  *   step at its constant offset, the < 256 B left over 8 B steps;
  * - slicing-by-16: the walk is bound by instructions (four per cycle) and by
@@ -29,8 +28,8 @@
  * template carries the CRC of its tail (everything after the BTH) where the
  * ICRC goes, computed once, and each copy's ICRC is combined from the CRC
  * of its own 48 B pseudo header and that (zlib's crc32_combine: a GF(2)
- * multiplication by x^(8 x tail length)): ~0.1 us instead of ~1.4 us per
- * 2 KB copy.
+ * multiplication by x^(8 x tail length)), a constant cost per copy instead
+ * of a pass over its payload (docs/ROCE.md §5).
  */
 #ifndef INCXDP_ICRC_H
 #define INCXDP_ICRC_H

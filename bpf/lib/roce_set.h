@@ -81,8 +81,8 @@ static __always_inline void roce_fill_view(const struct incxdp_slot_set *s, __u3
 
 /*
  * agg.h's combine with branch-free MAX/MIN: a compare-and-store per element
- * is a fork per element for the verifier (8x the instructions walked of
- * SUM); the 64-bit difference's sign picks the value instead (d = x - v
+ * is a fork per element for the verifier (docs/ROCE.md §5); the 64-bit
+ * difference's sign picks the value instead (d = x - v
  * cannot overflow in 64 bits; d >> 63 is all ones iff x < v). The barrier
  * keeps clang from seeing max/min in it and emitting the branch again.
  */

@@ -1,16 +1,16 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
 /*
  * The UDP checksum (RFC 768) of a RoCEv2 frame in an XDP buffer, as the
- * switch's cheap integrity check (docs/ROCE.md §3, docs/WIRE.md §2).
+ * switch's cheap integrity check (docs/ROCE.md §3, docs/PROTOCOLS.md §3).
  *
  * RoCEv2 senders may leave the UDP checksum 0 and receivers ignore it; the
  * ICRC masks it. incxdp's hosts and switches fill it in, and a switch that
  * finds it nonzero checks it instead of the ICRC: the kernel's csum_partial
- * behind bpf_csum_diff against the BPF table CRC, an absorbed 1 KB frame
- * costs 0.64 us instead of 0.88 (docs/ROCE.md §5). The sum covers the ICRC
+ * behind bpf_csum_diff is far cheaper than the BPF table CRC (docs/ROCE.md
+ * §5 has the costs). The sum covers the ICRC
  * bytes too, so a frame that passes carries the ICRC its sender wrote, which
  * the engine reuses (a leaf's multicast tail). A frame with a 0 checksum (INC_Emulation's hosts, an RDMA NIC)
- * gets the ICRC check as before.
+ * gets the ICRC check.
  *
  * Only the ingress check passes over a whole datagram. A frame the switch
  * sends gets its checksum from the sum of its tail (the AETH/ImmDt word and

@@ -18,16 +18,14 @@
 namespace incxdp {
 namespace {
 
-// 128 in flight per worker: the best measured on the star topology
-// (docs/PERF.md); 256 overflows veth's 256-frame rx rings in bursts.
+// 128 in flight per worker: the star's best window (docs/PERF.md); 256
+// overflows veth's 256-frame rx rings in bursts.
 constexpr uint32_t kDefaultWindow = 128;
-// Roce trees: 1024 in flight per rank. The hosts' AF_XDP rx ring is sized
-// to the window (communicator.cpp). On tree124, 64 MiB, 1024-2048 against
-// 128: 2 KB payloads 94 -> 112 MB/s, 1 KB the same, less CPU per
-// collective (fewer wake-ups); 16 MiB under 1% loss on every link (strict
-// go-back-N) 2.3 -> 1.2 s. 2048 overflows the 256-frame veth rings below
-// tree1248's root (hundreds of frames per 64 MiB, `xdp_xmit_errors`),
-// 1024 does not (docs/ROCE.md §4).
+// Roce trees: 1024 in flight per rank: fewer wake-ups per collective and
+// faster recovery under loss than 128, while larger windows overflow the
+// 256-frame veth rings below tree1248's root (docs/BENCH.md "A window of
+// thousands"). The hosts' AF_XDP rx ring is sized to the window
+// (communicator.cpp).
 constexpr uint32_t kRoceDefaultWindow = 1024;
 constexpr uint32_t kIpUdpLen = 20 + 8;
 constexpr uint32_t kMaxWindow = INCXDP_SLOT_INDEX_MASK + 1; // 14-bit slot index
@@ -39,8 +37,7 @@ constexpr uint32_t kRoceIpOverhead = 20 + 8 + 12 + ROCE_IMM_LEN + ROCE_ICRC_LEN;
 constexpr uint32_t kMaxRoceWindow = 1u << 20;
 // Roce: a timeout sends one or two frames, never the window (strict order:
 // a probe, docs/ROCE.md §4; host_order any: the overdue frames), so the
-// timer can be short. 16 MiB under 5% loss on every link of tree124, any
-// order: 10 ms 1.8 s, 3 ms 0.59 s, 2 ms 0.51 s.
+// timer can be short (docs/ROCE.md §4 compares timers).
 constexpr std::chrono::milliseconds kRoceTimeout{2};
 constexpr std::chrono::milliseconds kRoceMaxTimeout{500};
 

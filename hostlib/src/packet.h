@@ -85,8 +85,8 @@ inline int32_t load_be32(const std::byte *p) {
 }
 
 /// dst[0..4n) = n big-endian int32 of src; 16 bytes at a time (SSE2) where
-/// available. Packing and unpacking payloads was ~10% of all CPU of a run
-/// with byte-wise stores (docs/PERF.md).
+/// available: packing and unpacking payloads is a visible share of a run's
+/// CPU (docs/PERF.md).
 void store_be32_n(std::byte *dst, const int32_t *src, size_t n);
 /// dst[0..n) = the n big-endian int32 at src.
 void load_be32_n(int32_t *dst, const std::byte *src, size_t n);

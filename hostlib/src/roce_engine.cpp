@@ -433,11 +433,11 @@ void RoceEngine::on_timer(Clock::time_point now) {
 // host_order: strict, the timer ran out. Most timeouts only mean that
 // another rank is late and the set waits for it; going back N from the
 // oldest index without a result would resend the whole window for nothing
-// each time, so a timer had to be long (50 ms), and every real loss the
-// NAKs miss (a lost NAK, a lost resend, the call's last frames) then cost
-// that long: 64 MiB under 1% loss on every link took 4.8-5.1 s at 50 ms,
-// 2.1 s at 10 ms. Instead the timer asks the leaf where it is: the oldest
-// frame without a result once more, with AckReq, and an ACK of our own.
+// each time, so the timer would have to be long, and every real loss the
+// NAKs miss (a lost NAK, a lost resend, the call's last frames) would then
+// cost that long (docs/ROCE.md §4). Instead the timer asks the leaf where
+// it is: the oldest frame without a result once more, with AckReq, and an
+// ACK of our own.
 // The leaf answers the frame with the result if it holds it, or with an
 // ACK of the last PSN it took (the frame is a duplicate of a set still
 // waiting, or the one it was missing); when the frame completes the set

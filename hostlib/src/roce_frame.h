@@ -53,7 +53,7 @@ bool roce_udp_csum_ok(std::span<const std::byte> frame);
 /// only the lengths, the IPv4 checksum (incremental over the constant
 /// words), PSN, AckReq, ImmDt, the ICRC and the UDP checksum are written.
 /// RoCEv2 receivers ignore the UDP checksum; incxdp's switches check it
-/// instead of the ICRC, which costs them ~8x less (docs/ROCE.md §3).
+/// instead of the ICRC, which costs them far less (docs/ROCE.md §5).
 class RoceSendTemplate {
   public:
     explicit RoceSendTemplate(const RoceEndpoint &e);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // The RoCEv2 path of the switch object under bpf_prog_test_run_opts: a job
 // of kind ROCE_TREE with its RC connections installed straight into private
-// maps, frames built byte by byte from docs/WIRE.md §2, and their ICRC
+// maps, frames built byte by byte from docs/PROTOCOLS.md §3, and their ICRC
 // computed with zlib's crc32 over the masked pseudo header (independently of
 // bpf/lib/icrc.h, which is what is under test).
 #pragma once
@@ -35,7 +35,7 @@ constexpr uint32_t kPoolBase = 10;
 constexpr uint32_t kPoolSize = 4; // a power of two, as the RoCE path wants
 constexpr uint32_t kLo = 1;       // bpf_prog_test_run's default ingress device
 
-// Offsets in a RoCEv2 frame (WIRE.md §2).
+// Offsets in a RoCEv2 frame (docs/PROTOCOLS.md §3).
 constexpr size_t kBth = kL4, kWord = kBth + 12, kPayloadImm = kWord + 4;
 
 // This switch, its hosts (children) and its parent switch.
@@ -94,7 +94,7 @@ inline bool has_word(uint8_t opcode) {
     return opcode == ROCE_OP_ACK || roce_opcode_has_imm(opcode);
 }
 
-// ICRC per WIRE.md §2 with zlib: 8 x 0xFF, the frame from the IPv4 header on
+// ICRC per docs/PROTOCOLS.md §3 with zlib: 8 x 0xFF, the frame from the IPv4 header on
 // up to the ICRC with TOS, TTL, IP checksum, UDP checksum and BTH resv8 set to ones.
 inline uint32_t icrc_ref(const Bytes &f) {
     if (f.size() < kBth + 12 + 4)

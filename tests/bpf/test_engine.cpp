@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // The aggregation engine on crafted frames: verdicts, output bytes, slot
-// state and counters (docs/WIRE.md §1 semantics, native header).
+// state and counters (docs/PROTOCOLS.md §1-§2 semantics, native header).
 #include "engine_fixture.h"
 #include "../common/kernel_btf.h"
 

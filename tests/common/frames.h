@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// Builds test frames byte by byte from the wire tables (docs/WIRE.md), on
+// Builds test frames byte by byte from the wire tables (docs/PROTOCOLS.md), on
 // purpose independent of hostlib's encoder, katran-style: Eth | IPv4 | UDP |
 // payload. All multi-byte fields are written big-endian by hand.
 #pragma once
@@ -117,7 +117,7 @@ inline Bytes udp_frame(const Endpoint &src, const Endpoint &dst, const Bytes &pa
     return b;
 }
 
-// WIRE.md §1: msg_type:4 unused:1 size:3 | job | tsi (LE) | pool_index | e0 | e1 | data
+// docs/PROTOCOLS.md §2: msg_type:4 unused:1 size:3 | job | tsi (LE) | pool_index | e0 | e1 | data
 inline Bytes switchml_payload(uint8_t msg_type, uint8_t size, uint8_t job, uint32_t tsi, uint16_t pool_index,
                               int8_t e0, int8_t e1, const std::vector<int32_t> &vals)
 {

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: BSD-2-Clause
-"""A SwitchML worker written from docs/WIRE.md §1 alone (no incxdp code):
+"""A SwitchML worker written from docs/PROTOCOLS.md §2 alone (no incxdp code):
 sends int32 chunks in W slots alternating shadow sets, retransmits on
 timeout, and checks every result. Used by the e2e tests to prove that a
 third-party SwitchML client works against an incxdp switch set up with

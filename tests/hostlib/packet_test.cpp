@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // Header codecs against bytes written by hand from the wire tables
-// (bpf/include/incxdp/proto.h, docs/WIRE.md §1).
+// (bpf/include/incxdp/proto.h, docs/PROTOCOLS.md §1-§2).
 #include "packet.h"
 
 #include <gtest/gtest.h>

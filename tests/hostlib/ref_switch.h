@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // A userspace reference of the switch semantics libincxdp programs against
-// (docs/WIRE.md §1 plus incxdp's round/chunk checks), on 127.0.0.1, for the
+// (docs/PROTOCOLS.md §2 plus the round/chunk checks of §1), on 127.0.0.1, for the
 // end-to-end tests only. It parses the contract headers (proto.h,
 // switchml.h) itself rather than through hostlib's codec, and can lose,
 // duplicate and replay packets deterministically.

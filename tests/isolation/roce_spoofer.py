@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: BSD-2-Clause
-"""Sends forged RoCEv2 SENDs (docs/ROCE.md, WIRE.md §2) out of a host that is
+"""Sends forged RoCEv2 SENDs (docs/ROCE.md, docs/PROTOCOLS.md §3) out of a host that is
 no worker, into the leaf switch a worker hangs below, for a given time.
 Every frame carries a correct ICRC (scapy's RoCE layer), so it gets past
 the ICRC check to the connection check. Kinds, round robin:

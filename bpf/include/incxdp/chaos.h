@@ -48,19 +48,29 @@ struct incxdp_chaos_config {
 	__u32 detour;      /* xdp only: enum incxdp_chaos_detour, set by the control plane */
 };
 
-/* chaos_stats (per-CPU array): index = enum incxdp_chaos_stat.
- * seen = dropped + passed; duplicated and corrupted count among passed. */
+/*
+ * chaos_stats (per-CPU array): index = enum incxdp_chaos_stat.
+ * seen = dropped + passed; duplicated and corrupted count among passed.
+ * The one list of the counters: X(NAME, name, what) gives the enumerator
+ * INCXDP_CHAOS_<NAME> and the name `incxdp chaos -j` prints. Append only:
+ * the programs index counters by position.
+ */
+#define INCXDP_CHAOS_STATS(X) \
+	X(SEEN, seen, "frames through the hook (our clones excluded)") \
+	X(DROPPED, dropped, "lost on purpose") \
+	X(PASSED, passed, "let through (possibly corrupted/duplicated)") \
+	X(DUPLICATED, duplicated, "passed, plus one clone sent") \
+	X(CORRUPTED, corrupted, "passed with one payload bit flipped") \
+	X(DUP_FAILED, dup_failed, "chosen for duplication, clone refused by the kernel") \
+	X(REORDERED, reordered, "xdp: passed late, after a trip around the peer") \
+	X(REFLECTED, reflected, "xdp: a peer's detour frame sent back to it")
+
+#define INCXDP_CHAOS_ENUMERATOR_(NAME, name, what) INCXDP_CHAOS_##NAME,
 enum incxdp_chaos_stat {
-	INCXDP_CHAOS_SEEN = 0,    /* frames through the hook (our clones excluded) */
-	INCXDP_CHAOS_DROPPED,     /* lost on purpose */
-	INCXDP_CHAOS_PASSED,      /* let through (possibly corrupted/duplicated) */
-	INCXDP_CHAOS_DUPLICATED,  /* passed, plus one clone sent */
-	INCXDP_CHAOS_CORRUPTED,   /* passed with one payload bit flipped */
-	INCXDP_CHAOS_DUP_FAILED,  /* chosen for duplication, clone refused by the kernel */
-	INCXDP_CHAOS_REORDERED,   /* xdp: passed late, after a trip around the peer */
-	INCXDP_CHAOS_REFLECTED,   /* xdp: a peer's detour frame sent back to it */
+	INCXDP_CHAOS_STATS(INCXDP_CHAOS_ENUMERATOR_)
 	INCXDP_CHAOS_STAT_MAX,
 };
+#undef INCXDP_CHAOS_ENUMERATOR_
 
 INCXDP_STATIC_ASSERT(sizeof(struct incxdp_chaos_config) == 24, "chaos config layout");
 

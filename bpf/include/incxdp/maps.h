@@ -196,51 +196,76 @@ struct incxdp_slot {
 	__s32 vals[2][INCXDP_MAX_ELEMS]; /* host byte order */
 };
 
-/* incxdp_stats: per-CPU counters, index = enum incxdp_stat. Every frame the
+/*
+ * incxdp_stats: per-CPU counters, index = enum incxdp_stat. Every frame the
  * ingress program sees ends in exactly one of the counters before
  * INCXDP_STAT_INGRESS_VERDICTS, so the control plane derives "rx" as their sum
- * instead of paying a second counter update per packet. */
+ * instead of paying a second counter update per packet.
+ *
+ * The one list of the counters: X(NAME, name, what) gives the enumerator
+ * INCXDP_STAT_<NAME>, the name `incxdp stats` prints and a line saying what
+ * happened to the frame. The enum and every name table are generated from
+ * it. New counters go at the end of their list: the programs and the
+ * pinned map index counters by position.
+ */
+#define INCXDP_STATS_INGRESS(X) \
+	X(PASS, pass, "not aggregation traffic: to the stack") \
+	X(MALFORMED, malformed, "ours by port, but truncated/invalid: dropped") \
+	X(UNKNOWN_SENDER, unknown_sender, "not a registered worker: dropped") \
+	X(WRONG_PORT, wrong_port, "a worker's addresses on another port: dropped") \
+	X(BAD_JOB, bad_job, "job inactive or header disagrees with job: dropped") \
+	X(BAD_SLOT, bad_slot, "slot outside the job's pool or too many elems: dropped") \
+	X(MISMATCH, mismatch, "chunk/op/size differs from the set in progress: dropped") \
+	X(CONSUMED, consumed, "new contribution absorbed, slot not complete") \
+	X(COMPLETED, completed, "completing contribution, result multicast") \
+	X(RETX_UNICAST, retx_unicast, "retransmission to a complete set: result unicast") \
+	X(RETX_DROP, retx_drop, "retransmission to an incomplete set: dropped") \
+	X(STALE, stale, "retransmission naming an older chunk: dropped") \
+	/* RoCEv2 (UDP 4791), docs/ROCE.md §3 */ \
+	X(ROCE_MALFORMED, roce_malformed, "bad BTH/ImmDt/lengths, unsupported opcode: dropped") \
+	X(ROCE_BAD_ICRC, roce_bad_icrc, "ICRC mismatch: dropped") \
+	X(ROCE_UNKNOWN_QP, roce_unknown_qp, "no such QPN, or not from its peer's MAC/IP/port: dropped") \
+	X(ROCE_ABSORBED, roce_absorbed, "in order, aggregated, no ACK asked for: dropped") \
+	X(ROCE_ACK, roce_ack, "in order, aggregated, ACK sent (XDP_TX)") \
+	X(ROCE_NAK, roce_nak, "ahead of the expected PSN: NAK sent (XDP_TX)") \
+	X(ROCE_AHEAD_DROP, roce_ahead_drop, "ahead, a NAK is already out: dropped") \
+	X(ROCE_UP, roce_up, "completed below the root: aggregate sent to the parent") \
+	X(ROCE_DOWN, roce_down, "completed at the root / result from the parent: multicast") \
+	X(ROCE_DUP_ACK, roce_dup_ack, "duplicate, slot still incomplete: ACK re-sent") \
+	X(ROCE_DUP_RESULT, roce_dup_result, "duplicate, result held: result unicast (XDP_TX)") \
+	X(ROCE_DUP_UP, roce_dup_up, "duplicate, waiting for the parent: aggregate re-sent up") \
+	X(ROCE_STALE, roce_stale, "PSN of a slot use already past or not begun: dropped") \
+	X(ROCE_MISMATCH, roce_mismatch, "ImmDt/size disagrees with the slot's: dropped") \
+	X(ROCE_PEER_ACK, roce_peer_ack, "ACK from a peer: consumed") \
+	X(ROCE_PEER_NAK, roce_peer_nak, "NAK from a peer: the result re-sent if held, else dropped") \
+	X(ROCE_PEER_RESEND, roce_peer_resend, "ACK from a peer after its NAK: its next result re-sent") \
+	X(ROCE_LATE_ACK, roce_late_ack, "ACK from a peer owed an ACK of its SENDs: the ACK sent") \
+	X(CHAOS, chaos, "taken by `incxdp chaos --xdp`: lost, detoured or reflected (docs/CHAOS.md)") \
+	X(TOO_LONG, too_long, "ours by port, but larger than one XDP buffer: dropped") \
+	X(ROCE_BAD_CSUM, roce_bad_csum, "nonzero UDP checksum that does not add up: dropped")
+
+/* Counted besides a verdict, or by the egress program. */
+#define INCXDP_STATS_OTHER(X) \
+	X(REDIRECT_FAIL, redirect_fail, "completed, but the multicast redirect was refused") \
+	X(EGRESS_TX, egress_tx, "multicast copy rewritten and sent") \
+	X(EGRESS_DROP, egress_drop, "multicast copy for a port outside the group") \
+	X(PULLED, pulled, "arrived in fragments within one buffer's room: made linear")
+
+#define INCXDP_STATS(X) INCXDP_STATS_INGRESS(X) INCXDP_STATS_OTHER(X)
+
+#define INCXDP_STAT_ENUMERATOR_(NAME, name, what) INCXDP_STAT_##NAME,
 enum incxdp_stat {
-	INCXDP_STAT_PASS = 0,          /* not aggregation traffic: to the stack */
-	INCXDP_STAT_MALFORMED,         /* ours by port, but truncated/invalid: dropped */
-	INCXDP_STAT_UNKNOWN_SENDER,    /* not a registered worker: dropped */
-	INCXDP_STAT_WRONG_PORT,        /* a worker's addresses on another port: dropped */
-	INCXDP_STAT_BAD_JOB,           /* job inactive or header disagrees with job: dropped */
-	INCXDP_STAT_BAD_SLOT,          /* slot outside the job's pool or too many elems: dropped */
-	INCXDP_STAT_MISMATCH,          /* chunk/op/size differs from the set in progress: dropped */
-	INCXDP_STAT_CONSUMED,          /* new contribution absorbed, slot not complete */
-	INCXDP_STAT_COMPLETED,         /* completing contribution, result multicast */
-	INCXDP_STAT_RETX_UNICAST,      /* retransmission to a complete set: result unicast */
-	INCXDP_STAT_RETX_DROP,         /* retransmission to an incomplete set: dropped */
-	INCXDP_STAT_STALE,             /* retransmission naming an older chunk: dropped */
-	/* RoCEv2 (UDP 4791), docs/ROCE.md */
-	INCXDP_STAT_ROCE_MALFORMED,    /* bad BTH/ImmDt/lengths, unsupported opcode: dropped */
-	INCXDP_STAT_ROCE_BAD_ICRC,     /* ICRC mismatch: dropped */
-	INCXDP_STAT_ROCE_UNKNOWN_QP,   /* no such QPN, or not from its peer's MAC/IP/port: dropped */
-	INCXDP_STAT_ROCE_ABSORBED,     /* in order, aggregated, no ACK asked for: dropped */
-	INCXDP_STAT_ROCE_ACK,          /* in order, aggregated, ACK sent (XDP_TX) */
-	INCXDP_STAT_ROCE_NAK,          /* ahead of the expected PSN: NAK sent (XDP_TX) */
-	INCXDP_STAT_ROCE_AHEAD_DROP,   /* ahead, a NAK is already out: dropped */
-	INCXDP_STAT_ROCE_UP,           /* completed below the root: aggregate sent to the parent */
-	INCXDP_STAT_ROCE_DOWN,         /* completed at the root / result from the parent: multicast */
-	INCXDP_STAT_ROCE_DUP_ACK,      /* duplicate, slot still incomplete: ACK re-sent */
-	INCXDP_STAT_ROCE_DUP_RESULT,   /* duplicate, result held: result unicast (XDP_TX) */
-	INCXDP_STAT_ROCE_DUP_UP,       /* duplicate, waiting for the parent: aggregate re-sent up */
-	INCXDP_STAT_ROCE_STALE,        /* PSN of a slot use already past or not begun: dropped */
-	INCXDP_STAT_ROCE_MISMATCH,     /* ImmDt/size disagrees with the slot's: dropped */
-	INCXDP_STAT_ROCE_PEER_ACK,     /* ACK from a peer: consumed */
-	INCXDP_STAT_ROCE_PEER_NAK,     /* NAK from a peer: the result re-sent if held, else dropped */
-	INCXDP_STAT_ROCE_PEER_RESEND,  /* ACK from a peer after its NAK: its next result re-sent */
-	INCXDP_STAT_ROCE_LATE_ACK,     /* ACK from a peer owed an ACK of its SENDs: the ACK sent */
-	INCXDP_STAT_CHAOS,             /* taken by `incxdp chaos --xdp`: lost, detoured or reflected */
-	INCXDP_STAT_TOO_LONG,          /* ours by port, but larger than one XDP buffer (~3.5 KB): dropped */
-	INCXDP_STAT_ROCE_BAD_CSUM,     /* nonzero UDP checksum that does not add up: dropped */
+	INCXDP_STATS_INGRESS(INCXDP_STAT_ENUMERATOR_)
 	INCXDP_STAT_INGRESS_VERDICTS,  /* (how many ingress verdicts there are) */
-	INCXDP_STAT_REDIRECT_FAIL = INCXDP_STAT_INGRESS_VERDICTS, /* completed, but the multicast redirect was refused */
-	INCXDP_STAT_EGRESS_TX,         /* multicast copy rewritten and sent */
-	INCXDP_STAT_EGRESS_DROP,       /* multicast copy for a port outside the group */
-	INCXDP_STAT_PULLED,            /* arrived in fragments within one buffer's room: made linear */
+	/* The other counters start at INCXDP_STAT_INGRESS_VERDICTS: the first,
+	 * INCXDP_STAT_REDIRECT_FAIL, takes its index. */
+	INCXDP_STAT_OTHER_BEFORE_ = INCXDP_STAT_INGRESS_VERDICTS - 1,
+	INCXDP_STATS_OTHER(INCXDP_STAT_ENUMERATOR_)
 	INCXDP_STAT_MAX,
 };
+#undef INCXDP_STAT_ENUMERATOR_
+
+INCXDP_STATIC_ASSERT(INCXDP_STAT_REDIRECT_FAIL == INCXDP_STAT_INGRESS_VERDICTS,
+		     "the first counter after the verdicts aliases INCXDP_STAT_INGRESS_VERDICTS");
 
 #endif

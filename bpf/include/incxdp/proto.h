@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
 /*
  * incxdp's native UDP aggregation header. It carries the (fid, rid, cid)
- * semantics of docs/WIRE.md §3 plus everything the engine needs to place a
+ * semantics (docs/PROTOCOLS.md §1) plus everything the engine needs to place a
  * chunk without a per-protocol table: op, dtype, rank, worker count, window
  * slot and shadow set. Shared by the XDP engine, the loader and hostlib.
  *

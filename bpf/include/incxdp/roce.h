@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
 /*
- * RoCEv2 as INC_Emulation's hosts and switches use it (docs/WIRE.md §2):
+ * RoCEv2 as INC_Emulation's hosts and switches use it (docs/PROTOCOLS.md §3):
  * reliable-connected SENDs whose immediate data names the collective.
  * Shared by the XDP engine, the loader, hostlib and the tests.
  *
@@ -136,7 +136,7 @@ static inline __s32 roce_psn_diff(__u32 a, __u32 b)
 }
 
 /*
- * ICRC (IBA Annex A17.3.3, docs/WIRE.md §2): CRC-32 (reflected 0xEDB88320,
+ * ICRC (IBA Annex A17.3.3, docs/PROTOCOLS.md §3): CRC-32 (reflected 0xEDB88320,
  * init and final xor 0xFFFFFFFF, i.e. zlib's crc32) over
  *   8 bytes 0xFF,
  *   the IPv4 header with TOS, TTL and header checksum set to all ones,

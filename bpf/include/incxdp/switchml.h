@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
 /*
- * SwitchML's UDP aggregation header (p4app-switchML), see docs/WIRE.md §1.
+ * SwitchML's UDP aggregation header (p4app-switchML), see docs/PROTOCOLS.md §2.
  * Shared by the XDP engine, the loader and hostlib: this is the only copy.
  */
 #ifndef INCXDP_SWITCHML_H

@@ -52,10 +52,12 @@ uint32_t parse_rate(const std::string &text, const std::string &what);
 // 50000 -> "5%", 1500 -> "0.15%".
 std::string format_rate(uint32_t ppm);
 
-// Per-CPU counters, summed (enum incxdp_chaos_stat).
+// Per-CPU counters, summed: one field per entry of INCXDP_CHAOS_STATS
+// (incxdp/chaos.h); reordered and reflected only count on the xdp hook.
 struct Counters {
-    uint64_t seen = 0, dropped = 0, passed = 0, duplicated = 0, corrupted = 0, dup_failed = 0;
-    uint64_t reordered = 0, reflected = 0; // Xdp only
+#define INCXDP_CHAOS_FIELD_(NAME, name, what) uint64_t name = 0;
+    INCXDP_CHAOS_STATS(INCXDP_CHAOS_FIELD_)
+#undef INCXDP_CHAOS_FIELD_
 };
 
 struct HookStatus {

@@ -69,7 +69,7 @@ int size_code(uint16_t nelems) {
     return c;
 }
 
-// RoCEv2 ICRC (docs/WIRE.md §2): CRC-32 over 8 bytes of 0xFF and the frame
+// RoCEv2 ICRC (docs/PROTOCOLS.md §3): CRC-32 over 8 bytes of 0xFF and the frame
 // from the IPv4 header on, with the variant fields masked to ones.
 uint32_t roce_icrc(const Bytes &f) {
     Bytes m(8, 0xff);

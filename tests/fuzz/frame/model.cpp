@@ -50,7 +50,7 @@ int32_t elem(const Bytes &f, size_t payload, size_t i) {
     return int32_t(get32(f, payload + 4 * i));
 }
 
-// RoCEv2 ICRC (WIRE.md §2), bit by bit: CRC-32 (reflected 0xEDB88320) over
+// RoCEv2 ICRC (docs/PROTOCOLS.md §3), bit by bit: CRC-32 (reflected 0xEDB88320) over
 // 8 x 0xFF and the frame from the IPv4 header up to the ICRC, with TOS, TTL,
 // the IP and UDP checksums and the BTH's resv8 read as ones.
 uint32_t roce_icrc(const Bytes &f) {
@@ -122,7 +122,7 @@ void Model::reset_pool(const JobDef &j) {
         std::memset(&slots_[i], 0, sizeof(incxdp_slot));
 }
 
-// WIRE.md §1 and proto.h: header checks and payload length; no state.
+// docs/PROTOCOLS.md §1-§2: header checks and payload length; no state.
 std::optional<Decoded> Model::decode(const Bytes &f, bool switchml) const {
     Decoded d;
     d.switchml = switchml;
@@ -139,7 +139,7 @@ std::optional<Decoded> Model::decode(const Bytes &f, bool switchml) const {
         if (pool & 0x4000)
             return std::nullopt;
         uint8_t size = f[h] & 0x7; // bit 3 is "unused"
-        if (size > SWITCHML_SIZE_MAX) // WIRE.md: 0..3
+        if (size > SWITCHML_SIZE_MAX) // docs/PROTOCOLS.md §2: 0..3
             return std::nullopt;
         d.nelems = uint16_t(32u << size);
         d.slot = pool & SWITCHML_POOL_INDEX_MASK;
@@ -284,7 +284,7 @@ Prediction Model::apply(const Bytes &f) {
         job->pool_base + k->slot >= kSlotEntries)
         return verdict(INCXDP_STAT_BAD_SLOT, XDP_DROP);
 
-    // 4. The slot rules of WIRE.md §1, per (slot, set), with the set's tag.
+    // 4. The slot rules of docs/PROTOCOLS.md §1-§2, per (slot, set), with the set's tag.
     const uint32_t idx = job->pool_base + k->slot;
     incxdp_slot &slot = slots_[idx];
     incxdp_slot_set &cur = slot.set[k->set];

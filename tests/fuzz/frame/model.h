@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // The oracle: the engine's rules written down again in plain C++ from
-// docs/ENGINE.md and docs/WIRE.md §1, not from the BPF code. For each frame
+// docs/ENGINE.md and docs/PROTOCOLS.md §1-§2, not from the BPF code. For each frame
 // it predicts the counter, the verdict, the output frame and the slot array
 // after it; the fuzzer compares all four with the engine.
 #pragma once
