@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <incxdp/fattree_gen.h>
 #include <incxdp/netns.h>
 #include <incxdp/rules_ctl.h>
 #include <incxdp/topology.h>
@@ -13,7 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 
 namespace incxdp::cli {
@@ -222,6 +225,52 @@ void cmd_status(const TopoOpts &o) {
 
 } // namespace
 
+namespace {
+
+// `topo gen fattree`: htsim's fat-tree as YAML (docs/FATTREE.md).
+struct GenOpts {
+    topo::FatTreeSpec spec;
+    std::string out; // empty: stdout
+};
+
+void cmd_gen_fattree(const GenOpts &o) {
+    const std::string yaml = topo::generate_fattree_yaml(o.spec);
+    // What we write must load: the parser checks names, addresses, links
+    // and that up/down routing reaches every host.
+    topo::Topology::parse(yaml);
+    if (o.out.empty()) {
+        std::fputs(yaml.c_str(), stdout);
+        return;
+    }
+    std::FILE *f = std::fopen(o.out.c_str(), "w");
+    const bool ok = f && std::fputs(yaml.c_str(), f) >= 0;
+    if (f && std::fclose(f) != 0)
+        throw Error(fmt::format("topo gen: write {}: {}", o.out, std::strerror(errno)));
+    if (!ok)
+        throw Error(fmt::format("topo gen: write {}: {}", o.out, std::strerror(errno)));
+}
+
+void add_gen_command(CLI::App *topo) {
+    CLI::App *gen = topo->add_subcommand("gen", "write a topology YAML");
+    gen->require_subcommand(1);
+    auto o = std::make_shared<GenOpts>();
+    CLI::App *ft = gen->add_subcommand(
+        "fattree", "htsim's fat-tree (3 tiers) or leaf-spine (2 tiers), numbered as htsim numbers "
+                   "it, with routing: updown");
+    ft->add_option("--k", o->spec.k, "switch radix (even, >= 2): k^3/4 hosts with 3 tiers")
+        ->required();
+    ft->add_option("--tiers", o->spec.tiers, "3: ToR/Agg/core; 2: leaf-spine (ToR/spine)")
+        ->capture_default_str();
+    ft->add_option("--subnet", o->spec.subnet,
+                   "the hosts' and switches' subnet, a.b.0.0/len with len <= 16")
+        ->capture_default_str();
+    ft->add_option("--name", o->spec.name, "topology name (default fattree<k> / leafspine<k>)");
+    ft->add_option("-o,--output", o->out, "write to FILE instead of stdout");
+    ft->callback([o] { user_errors([&] { cmd_gen_fattree(*o); }); });
+}
+
+} // namespace
+
 void add_topo_command(CLI::App &app) {
     CLI::App *topo = app.add_subcommand(
         "topo", "network-namespace topologies: one namespace per node, veth links");
@@ -250,6 +299,8 @@ void add_topo_command(CLI::App &app) {
     add_sub(topo, "status", "show FILE's namespaces and interfaces: state, MAC, MTU, address, XDP",
             *status)
         ->callback([status] { user_errors([&] { cmd_status(*status); }); });
+
+    add_gen_command(topo);
 }
 
 } // namespace incxdp::cli

@@ -2,6 +2,7 @@
 // up() and down() of netns.h: namespaces and veths through ip(8), the XDP
 // attach and sysctls from a child that has joined the namespace.
 #include "incxdp/netns.h"
+#include "incxdp/fattree_routes.h"
 #include "process.h"
 
 #include "incxdp_pass.skel.h"
@@ -91,6 +92,18 @@ void disable_ipv6() {
     }
 }
 
+// A mesh node relays: frames arrive on one link with the source address of
+// another link, which reverse-path filtering would drop. Set before the
+// veths exist, so they inherit `default` (the kernel uses max(all, iface)).
+void disable_rp_filter() {
+    for (const char *path :
+         {"/proc/sys/net/ipv4/conf/all/rp_filter", "/proc/sys/net/ipv4/conf/default/rp_filter"}) {
+        std::ofstream f(path);
+        if (!(f << "0\n") || !f.flush())
+            throw NetnsError(fmt::format("write 0 to {}: {}", path, std::strerror(errno)));
+    }
+}
+
 // libbpf warnings, kept so a failed load can say why (child process only).
 std::string g_libbpf_log;
 
@@ -150,6 +163,8 @@ class Bringup {
             create_link(l);
         for (const Node &n : t_.nodes)
             configure(n);
+        if (t_.routing == Routing::UpDown)
+            install_updown_routes(t_, prefix_, progress_);
         for (const Node &n : t_.nodes)
             if (n.kind == NodeKind::Host && !n.ifaces.empty()) {
                 step(fmt::format("xdp {}: attach incxdp_pass on {} iface(s)", n.name,
@@ -176,15 +191,16 @@ class Bringup {
         run_ok({"ip", "netns", "add", name}, ctx(n.name));
         rollback_.created(name);
         in_netns(name, disable_ipv6, ctx(n.name));
+        if (t_.kind == TopologyKind::Mesh)
+            in_netns(name, disable_rp_filter, ctx(n.name));
         run_ok({"ip", "-n", name, "link", "set", "dev", "lo", "up"}, ctx(n.name));
     }
 
     // Both ends are created directly inside their namespaces, so names like
     // eth0 never clash with interfaces of the root namespace.
     void create_link(const Link &l) {
-        const Node &a = t_.node(l.a);
-        const Iface &ia = iface_to(a, l.b);
-        const Iface &ib = iface_to(t_.node(l.b), l.a);
+        const Iface &ia = link_end(t_.node(l.a), l.a_iface, l.b);
+        const Iface &ib = link_end(t_.node(l.b), l.b_iface, l.a);
         step(fmt::format("link {}:{} <-> {}:{}", l.a, ia.name, l.b, ib.name));
         const std::string mtu = std::to_string(t_.mtu);
         run_ok({"ip",
@@ -217,13 +233,20 @@ class Bringup {
             run_ok({"ip", "-n", name, "link", "set", "dev", i.name, "up"}, ctx(n.name));
         if (n.kind != NodeKind::Host || n.ifaces.empty())
             return;
-        step(fmt::format("addr {} {}/{} on {}", n.name, n.ip, t_.prefix_len, n.ifaces[0].name));
-        run_ok({"ip", "-n", name, "addr", "add", fmt::format("{}/{}", n.ip, t_.prefix_len), "dev",
-                n.ifaces[0].name},
-               ctx(n.name));
+        for (const Iface &i : n.ifaces) {
+            if (i.ip.empty())
+                continue;
+            step(fmt::format("addr {} {}/{} on {}", n.name, i.ip, i.prefix_len, i.name));
+            run_ok({"ip", "-n", name, "addr", "add", fmt::format("{}/{}", i.ip, i.prefix_len),
+                    "dev", i.name},
+                   ctx(n.name));
+        }
         for (size_t k = 0; k < n.ifaces.size(); ++k) {
             const Iface &i = n.ifaces[k];
             const Node &sw = t_.node(i.peer_node);
+            // A mesh peer is a host with an address of its own: ARP finds it.
+            if (sw.kind != NodeKind::Switch)
+                continue;
             const std::string mac = mac_to_string(iface_to(sw, n.name).mac);
             // The subnet route covers eth0; a switch behind another iface
             // needs its own route so traffic to it leaves that way.
@@ -237,6 +260,16 @@ class Bringup {
                     "nud", "permanent"},
                    ctx(n.name));
         }
+    }
+
+    // A link's end by name: a mesh may join one pair by several links.
+    static const Iface &link_end(const Node &n, const std::string &name, const std::string &peer) {
+        if (name.empty())
+            return iface_to(n, peer);
+        for (const Iface &i : n.ifaces)
+            if (i.name == name)
+                return i;
+        throw NetnsError(fmt::format("node {} has no interface {}", n.name, name));
     }
 
     static const Iface &iface_to(const Node &n, const std::string &peer) {

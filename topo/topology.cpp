@@ -2,6 +2,10 @@
 // Parsing, validation and the deterministic derivations of topology.h.
 // docs/TOPOLOGY.md is the user-facing description of the same rules.
 #include "incxdp/topology.h"
+#include "incxdp/fattree_routes.h"
+#include "incxdp/smi_topology.h"
+#include "addr_detail.h"
+#include "mesh_detail.h"
 #include "tree_detail.h"
 #include "yaml_reader.h"
 
@@ -21,83 +25,48 @@
 namespace incxdp::topo {
 namespace {
 
+using detail::Cidr;
+using detail::format_ipv4;
+using detail::kMaxIfName;
+using detail::kMaxIndex;
+using detail::kMaxMtu;
+using detail::kMaxNetnsName;
+using detail::kMaxNodeName;
+using detail::kMinMtu;
+using detail::parse_ipv4;
+using detail::valid_name;
 using detail::YamlReader;
 
-// Jumbo frames. Every XDP program we attach is xdp.frags, which veth takes at
-// any MTU (a plain one only up to 3506: frame, headroom and skb_shared_info
-// in one 4 KiB page); what the engine handles is still one buffer (~3.5 KB
-// frames), larger ones it counts as too_long. 9000 is what we test.
-constexpr int kMaxMtu = 9000;
-constexpr int kMinMtu = 68; // IPv4 minimum, also veth's min_mtu
-// "p-" + name must fit IFNAMSIZ-1 = 15 and the MAC has one byte per index.
-constexpr size_t kMaxNodeName = 12;
-constexpr size_t kMaxIfName = 15;
-constexpr size_t kMaxIndex = 256;
-constexpr size_t kMaxNetnsName = 32;
 constexpr int64_t kRocePsnMask = 0xFFFFFF;
 
-bool valid_name(const std::string &s, size_t max_len) {
-    if (s.empty() || s.size() > max_len)
-        return false;
-    for (char c : s)
-        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
-            return false;
-    return true;
-}
-
-std::optional<uint32_t> parse_ipv4(const std::string &s) {
-    in_addr a{};
-    if (inet_pton(AF_INET, s.c_str(), &a) != 1)
-        return std::nullopt;
-    return ntohl(a.s_addr);
-}
-
-std::string format_ipv4(uint32_t host_order) {
-    return fmt::format("{}.{}.{}.{}", host_order >> 24, (host_order >> 16) & 0xff,
-                       (host_order >> 8) & 0xff, host_order & 0xff);
-}
-
-struct Subnet {
-    uint32_t net = 0, mask = 0;
-    int prefix = 0;
-    bool contains(uint32_t ip) const { return (ip & mask) == net; }
-    // The network and broadcast addresses are not usable by a node.
-    bool usable(uint32_t ip) const { return contains(ip) && ip != net && ip != (net | ~mask); }
-};
+using Subnet = Cidr;
 
 Subnet parse_subnet(const YamlReader &r, const YAML::Node &root) {
     const std::string s = r.str(root, "subnet", "");
-    const YAML::Node at = root["subnet"];
-    const auto slash = s.find('/');
-    const auto ip = parse_ipv4(s.substr(0, slash));
-    if (slash == std::string::npos || !ip)
-        r.fail(at, "subnet", fmt::format("bad CIDR '{}': expected a.b.c.d/len", s));
-    const std::string len = s.substr(slash + 1);
-    int prefix = -1;
-    if (!len.empty() && len.size() <= 2 && len.find_first_not_of("0123456789") == len.npos)
-        prefix = std::stoi(len);
+    std::string err;
     // /31 and /32 leave no room for hosts next to the switch address.
-    if (prefix < 1 || prefix > 30)
-        r.fail(at, "subnet", fmt::format("bad CIDR '{}': prefix length must be 1..30", s));
-    Subnet sn;
-    sn.prefix = prefix;
-    sn.mask = ~uint32_t{0} << (32 - prefix);
-    sn.net = *ip & sn.mask;
-    if (sn.net != *ip)
-        r.fail(at, "subnet",
-               fmt::format("bad CIDR '{}': host bits set (did you mean {}/{}?)", s,
-                           format_ipv4(sn.net), prefix));
-    return sn;
+    const auto sn = detail::parse_cidr(s, 30, &err);
+    if (!sn)
+        r.fail(root["subnet"], "subnet", err);
+    return *sn;
 }
+
+} // namespace
+
+namespace detail {
 
 int parse_mtu(const YamlReader &r, const YAML::Node &root) {
     const auto mtu = r.integer(root, "mtu", "", INCXDP_LINK_MTU, kMinMtu, INT32_MAX);
     if (mtu > kMaxMtu)
-        r.fail(root["mtu"], "mtu",
-               fmt::format("{} is above {}, the largest (jumbo) MTU incxdp supports", mtu,
-                           kMaxMtu));
+        r.fail(
+            root["mtu"], "mtu",
+            fmt::format("{} is above {}, the largest (jumbo) MTU incxdp supports", mtu, kMaxMtu));
     return static_cast<int>(mtu);
 }
+
+} // namespace detail
+
+namespace {
 
 // State shared by the parse steps below.
 struct Builder {
@@ -117,7 +86,10 @@ struct Builder {
         for (size_t i = 0; i < list.size(); ++i) {
             const YAML::Node n = list[i];
             std::string where = fmt::format("{}[{}]", key, i);
-            r.expect_map(n, where, {"name", "ip"});
+            if (kind == NodeKind::Host)
+                r.expect_map(n, where, {"name", "ip", "iface", "mac"});
+            else
+                r.expect_map(n, where, {"name", "ip"});
             Node node;
             node.kind = kind;
             node.name = r.str(n, "name", where);
@@ -198,8 +170,79 @@ struct Builder {
             const size_t kb = add_iface(ib, link.a, l, where);
             t.nodes[ia].ifaces[ka].peer_iface = t.nodes[ib].ifaces[kb].name;
             t.nodes[ib].ifaces[kb].peer_iface = t.nodes[ia].ifaces[ka].name;
+            link.a_iface = t.nodes[ia].ifaces[ka].name;
+            link.b_iface = t.nodes[ib].ifaces[kb].name;
             t.links.push_back(std::move(link));
         }
+    }
+
+    // A host's address goes on its first interface.
+    void address_hosts() {
+        for (Node &n : t.nodes)
+            if (n.kind == NodeKind::Host && !n.ifaces.empty()) {
+                n.ifaces[0].ip = n.ip;
+                n.ifaces[0].prefix_len = t.prefix_len;
+            }
+    }
+
+    // `iface:` and `mac:` on a host name the interface of its one link, for
+    // hosts that stand for real machines. A multi-homed host has no single
+    // link to apply them to.
+    void apply_host_overrides(const YAML::Node &hosts) {
+        for (size_t i = 0; i < hosts.size(); ++i) {
+            const YAML::Node h = hosts[i];
+            const YAML::Node ifn = h["iface"], macn = h["mac"];
+            if (!ifn.IsDefined() && !macn.IsDefined())
+                continue;
+            Node &n = t.nodes[index.at(r.scalar(h["name"], "name"))];
+            const std::string where = fmt::format("hosts[{}] ({})", i, n.name);
+            if (n.ifaces.size() != 1)
+                r.fail(ifn.IsDefined() ? ifn : macn, where,
+                       fmt::format("iface/mac on a host need exactly one link; '{}' has {}", n.name,
+                                   n.ifaces.size()));
+            Iface &own = n.ifaces[0];
+            if (ifn.IsDefined()) {
+                const std::string name = r.scalar(ifn, where + ".iface");
+                if (!detail::valid_ifname(name))
+                    r.fail(ifn, where,
+                           fmt::format("bad interface name '{}': use 1-{} characters from "
+                                       "[A-Za-z0-9_.-]",
+                                       name, kMaxIfName));
+                rename(n, own, name);
+            }
+            if (macn.IsDefined()) {
+                const std::string s = r.scalar(macn, where + ".mac");
+                Mac m{};
+                try {
+                    m = mac_from_string(s);
+                } catch (const TopologyError &e) {
+                    r.fail(macn, where, e.what());
+                }
+                if (const std::string why = detail::mac_problem(m); !why.empty())
+                    r.fail(macn, where, why);
+                for (const Node &o : t.nodes)
+                    for (const Iface &x : o.ifaces)
+                        if (&x != &own && x.mac == m)
+                            r.fail(macn, where,
+                                   fmt::format("duplicate MAC {} (also on {}:{})", mac_to_string(m),
+                                               o.name, x.name));
+                own.mac = m;
+            }
+        }
+    }
+
+    void rename(const Node &n, Iface &own, const std::string &name) {
+        Node &peer = t.nodes[index.at(own.peer_node)];
+        for (Iface &x : peer.ifaces)
+            if (x.peer_node == n.name)
+                x.peer_iface = name;
+        for (Link &l : t.links) {
+            if (l.a == n.name)
+                l.a_iface = name;
+            if (l.b == n.name)
+                l.b_iface = name;
+        }
+        own.name = name;
     }
 
     bool linked(const Node &a, const std::string &b) const {
@@ -240,8 +283,9 @@ struct Builder {
                        "and a source port per connection)");
             for (const char *key : {"start_psn", "host_order"})
                 if (!tree && j[key].IsDefined())
-                    r.fail(j[key], where,
-                           fmt::format("{} applies only to a roce-tree job (kind: roce-tree)", key));
+                    r.fail(
+                        j[key], where,
+                        fmt::format("{} applies only to a roce-tree job (kind: roce-tree)", key));
             job.worker_port = static_cast<uint16_t>(
                 r.integer(j, "worker_port", where, job.worker_port, 1, 65535));
             // The window slot travels in 14 bits of the native header; a
@@ -337,6 +381,23 @@ struct Builder {
     }
 };
 
+// `routing: updown` (fattree_routes.h): checked here so a topology whose
+// switches cannot route every host fails at parse time, with a position.
+void parse_routing(const YamlReader &r, const YAML::Node &root, Topology &t) {
+    const YAML::Node n = root["routing"];
+    if (!n.IsDefined() || n.IsNull())
+        return;
+    const std::string v = r.scalar(n, "routing");
+    if (v != "updown")
+        r.fail(n, "routing", fmt::format("unknown routing '{}' (expected updown)", v));
+    t.routing = Routing::UpDown;
+    try {
+        updown_routes(t);
+    } catch (const TopologyError &e) {
+        r.fail(n, "routing", e.what());
+    }
+}
+
 Topology parse_text(const std::string &text, const std::string &source) {
     const YamlReader r(source);
     YAML::Node root;
@@ -348,7 +409,11 @@ Topology parse_text(const std::string &text, const std::string &source) {
     }
     if (!root.IsDefined() || root.IsNull())
         throw TopologyError(source + ": empty topology file");
-    r.expect_map(root, "", {"name", "subnet", "mtu", "switches", "hosts", "links", "jobs"});
+    if (detail::is_mesh(r, root))
+        return detail::parse_mesh(r, root);
+    r.expect_map(
+        root, "",
+        {"name", "kind", "subnet", "mtu", "switches", "hosts", "links", "jobs", "routing"});
 
     Builder b{r, {}, {}, {}, {}};
     b.t.name = r.str(root, "name", "");
@@ -367,11 +432,18 @@ Topology parse_text(const std::string &text, const std::string &source) {
     if (!root["links"].IsDefined())
         r.fail(root, "", "missing required key 'links'");
     b.add_links(root["links"]);
+    b.address_hosts();
+    b.apply_host_overrides(root["hosts"]);
     b.add_jobs(root["jobs"]);
+    parse_routing(r, root, b.t);
     return std::move(b.t);
 }
 
 } // namespace
+
+const char *topology_kind_name(TopologyKind k) {
+    return k == TopologyKind::Mesh ? "mesh" : "switched";
+}
 
 const char *job_kind_name(JobKind k) {
     return k == JobKind::RoceTree ? "roce-tree" : "star";
@@ -416,6 +488,9 @@ Topology Topology::load_file(const std::string &path) {
             fmt::format("cannot read topology file {}: {}", path, std::strerror(errno)));
     std::ostringstream ss;
     ss << in.rdbuf();
+    // SMI's cabling files (JSON, or `A - B` lines) are mesh topologies too.
+    if (smi::is_cabling_file(path, ss.str()))
+        return smi::to_topology(smi::parse_cabling(ss.str(), path), smi::topology_name(path));
     return parse_text(ss.str(), path);
 }
 

@@ -31,6 +31,8 @@ using Progress = std::function<void(const std::string &step)>;
 // permanent neighbour entry for each linked switch's service address, and
 // attaches the XDP_PASS program (native mode) on every host interface.
 // IPv6 is disabled in each namespace so the links carry only our traffic.
+// A mesh (TopologyKind::Mesh) gets each interface's own address (Iface::ip)
+// instead, no neighbour entries, and rp_filter off in every namespace.
 // All-or-nothing: on failure (or SIGINT/SIGTERM/SIGHUP, which are held
 // back until it returns) the namespaces it created are removed before the
 // error is thrown. Refuses, changing nothing, if any namespace of the

@@ -30,6 +30,11 @@ struct Iface {
     Mac mac{};             // deterministic: 02:49:58:<node idx>:<iface idx>:00
     std::string peer_node; // node at the other end of the veth
     std::string peer_iface;
+    // IPv4 address `topo up` puts on this interface, empty if none: a
+    // switched topology's host has Node::ip on its first interface; a mesh
+    // host one address per link, on that link's subnet.
+    std::string ip;
+    int prefix_len = 0; // of ip; 0 when ip is empty
 };
 
 struct Node {
@@ -40,8 +45,23 @@ struct Node {
 };
 
 struct Link {
-    std::string a, b; // node names
+    std::string a, b;             // node names
+    std::string a_iface, b_iface; // the link's interface at each end
+    std::string subnet;           // mesh: the link's own CIDR; empty otherwise
 };
+
+// switched: hosts on one subnet behind switch namespaces (the default).
+// mesh: hosts cabled directly to each other, each link its own subnet, no
+// switch (docs/TOPOLOGY.md "Mesh topologies").
+enum class TopologyKind { Switched, Mesh };
+
+const char *topology_kind_name(TopologyKind k); // "switched", "mesh"
+
+// The pool a mesh's links take their /24s from unless given their own subnet.
+inline constexpr const char *kDefaultLinkSubnet = "10.90.0.0/16";
+
+// How `topo up` routes host-to-host traffic (fattree_routes.h).
+enum class Routing { None, UpDown };
 
 // star: UDP (native/SwitchML), every worker linked to the one switch.
 // roce-tree: RoCEv2 RC connections along a tree of switches rooted at
@@ -75,12 +95,17 @@ struct Job {
 
 struct Topology {
     std::string name;
-    std::string subnet; // e.g. 10.77.0.0/24; hosts get ip/prefix on eth0
-    int prefix_len = 24;
+    TopologyKind kind = TopologyKind::Switched;
+    std::string subnet;      // e.g. 10.77.0.0/24; hosts get ip/prefix on eth0 (mesh: empty)
+    int prefix_len = 24;     // of subnet (mesh: 0, see Iface::prefix_len)
+    std::string link_subnet; // mesh: the pool of derived link subnets; empty otherwise
     int mtu = 3500;
     std::vector<Node> nodes; // switches first, then hosts, file order
     std::vector<Link> links;
     std::vector<Job> jobs;
+    // `routing: updown`: IP routes through the switch namespaces (fat-trees,
+    // docs/FATTREE.md); none: hosts reach only their switches' addresses.
+    Routing routing = Routing::None;
 
     static Topology load_file(const std::string &path); // throws TopologyError
     static Topology parse(const std::string &yaml);     // throws TopologyError
@@ -92,6 +117,32 @@ struct Topology {
     // The host's interface towards the given switch.
     const Iface &host_iface_for(const std::string &host, const std::string &sw) const;
 };
+
+/// One cable of a mesh, as a file gives it or code builds it (SMI's cabling
+/// files). Empty fields are derived: subnet = /24 number i of link_subnet
+/// (i = the link's position), a_ip/b_ip = its first/second usable address,
+/// interface names `m-<peer>` (`m-<peer>-<j>` for the j-th further link
+/// between the same pair), MACs 02:49:58:<node idx>:<iface idx>:00.
+struct MeshLinkSpec {
+    std::string a, b;             // host names
+    std::string subnet;           // CIDR, prefix length 1..31
+    std::string a_ip, b_ip;       // usable addresses of subnet, distinct
+    std::string a_iface, b_iface; // 1-15 chars of [A-Za-z0-9_.-], unique per node
+    std::string a_mac, b_mac;     // unicast, unique in the topology
+};
+
+/// A mesh topology in code. Host i is node index i (its MACs' 4th byte).
+struct MeshSpec {
+    std::string name;
+    std::string link_subnet = kDefaultLinkSubnet; // prefix length 1..24
+    int mtu = 3500;
+    std::vector<std::string> hosts;
+    std::vector<MeshLinkSpec> links;
+};
+
+/// A kind-mesh Topology from a spec, with every check `kind: mesh` files
+/// get; throws TopologyError "mesh NAME: links[2]: <what, with the value>".
+Topology build_mesh(const MeshSpec &spec);
 
 // Namespace name of a node when the topology is brought up with `prefix`.
 std::string netns_name(const std::string &prefix, const std::string &node);
