@@ -3,6 +3,7 @@
 #include "pinned_maps.h"
 #include "port_util.h"
 #include "tc_filter.h"
+#include "xdp_attach.h"
 
 #include "incxdp_switch.skel.h"
 #include <incxdp/netdev_xdp.h>
@@ -33,88 +34,21 @@ struct SkelDeleter {
 };
 using SkelPtr = std::unique_ptr<incxdp_switch, SkelDeleter>;
 
-struct XdpProgDeleter {
-    void operator()(xdp_program *p) const { xdp_program__close(p); }
-};
-using XdpProgPtr = std::unique_ptr<xdp_program, XdpProgDeleter>;
-
-struct MultiprogDeleter {
-    void operator()(xdp_multiprog *m) const { xdp_multiprog__close(m); }
-};
-using MultiprogPtr = std::unique_ptr<xdp_multiprog, MultiprogDeleter>;
-
-// Runs the registered undo steps in reverse unless dismissed: a failed
-// load leaves nothing half-installed.
-class Rollback {
-  public:
-    ~Rollback()
-    {
-        if (armed_)
-            for (auto it = undo_.rbegin(); it != undo_.rend(); ++it)
-                (*it)();
-    }
-    void add(std::function<void()> f) { undo_.push_back(std::move(f)); }
-    void dismiss() { armed_ = false; }
-
-  private:
-    std::vector<std::function<void()>> undo_;
-    bool armed_ = true;
-};
-
-MultiprogPtr multiprog_of(uint32_t ifindex)
-{
-    xdp_multiprog *mp = xdp_multiprog__get_from_ifindex(static_cast<int>(ifindex));
-    if (libxdp_get_error(mp) || !mp)
-        return nullptr;
-    return MultiprogPtr(mp);
-}
-
 bool is_ours(const xdp_program *p)
 {
     return p && std::strcmp(xdp_program__name(p), kIngressProg) == 0;
 }
 
-// Finds our program on an interface, whether attached alone (legacy) or as
-// one component of libxdp's dispatcher.
+// Our program on an interface, whether attached alone (legacy) or as one
+// component of libxdp's dispatcher.
 const xdp_program *find_ours(const xdp_multiprog *mp)
 {
-    if (xdp_multiprog__is_legacy(mp))
-        return is_ours(xdp_multiprog__main_prog(mp)) ? xdp_multiprog__main_prog(mp) : nullptr;
-    for (auto *p = xdp_multiprog__next_prog(nullptr, mp); p; p = xdp_multiprog__next_prog(p, mp))
-        if (is_ours(p))
-            return p;
-    return nullptr;
+    return find_prog(mp, is_ours);
 }
-
-std::string mode_name(const xdp_multiprog *mp)
-{
-    std::string m;
-    switch (xdp_multiprog__attach_mode(mp)) {
-    case XDP_MODE_NATIVE: m = "native"; break;
-    case XDP_MODE_SKB: m = "skb"; break;
-    case XDP_MODE_HW: m = "hw"; break;
-    default: m = "unknown"; break;
-    }
-    return xdp_multiprog__is_legacy(mp) ? m : "dispatcher/" + m;
-}
-
 
 void detach_ours(uint32_t ifindex)
 {
-    MultiprogPtr mp = multiprog_of(ifindex);
-    if (!mp)
-        return; // interface gone or nothing attached
-    const xdp_program *ours = find_ours(mp.get());
-    if (!ours)
-        return;
-    int err;
-    if (xdp_multiprog__is_legacy(mp.get()))
-        err = xdp_multiprog__detach(mp.get());
-    else
-        err = xdp_program__detach(const_cast<xdp_program *>(ours), static_cast<int>(ifindex),
-                                  xdp_multiprog__attach_mode(mp.get()), 0);
-    if (err && err != -ENODEV)
-        throw CtlError(errno_msg(fmt::format("cannot detach incxdp from {}", ifname_of(ifindex)), err));
+    detach_prog(ifindex, is_ours, "incxdp");
 }
 
 std::vector<uint32_t> loaded_ports(int ports_fd)
@@ -198,11 +132,8 @@ void load(const LoadOptions &opts)
     if (int err = set_xdp_frags({skel->progs.incxdp_egress_rewrite}, frags))
         throw CtlError(errno_msg(fmt::format("cannot set xdp.frags={} on incxdp_egress_rewrite", frags), err));
     for (size_t i = 0; i < ifindexes.size(); i++) {
-        // libxdp first probes for its multi-program dispatcher; where the
-        // kernel refuses it (freplace not permitted) it falls back to
-        // attaching the program alone, and the probe's warnings are expected.
-        DemoteLibbpfWarnings quiet;
-        int err = xdp_program__attach(prog.get(), static_cast<int>(ifindexes[i]), mode, 0);
+        // Dispatcher or alone, whichever the kernel allows (xdp_attach.h).
+        int err = attach_prog(prog.get(), ifindexes[i], mode);
         if (err) {
             std::string hint;
             if (err == -EEXIST || err == -EBUSY)
