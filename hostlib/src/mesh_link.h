@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// A node's way onto the mesh: frames of some relay kind to any node id,
+// sent to the first hop of the route the mesh daemon installed (the relay's
+// pinned maps), and the frames for this node received. Used by the p2p
+// endpoint (mesh.h) and meant for any other user of the relay (SMI).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace incxdp::mesh {
+
+/// One frame to send: the relay header is built from the first four fields;
+/// `head` and `body` follow it on the wire (either may be empty).
+struct OutFrame {
+    uint32_t dst_node = 0;
+    uint8_t kind = 0;
+    uint8_t path = 0; ///< which equal-cost next hop (the relay keeps it)
+    uint32_t session = 0;
+    const void *head = nullptr;
+    size_t head_len = 0;
+    const void *body = nullptr;
+    size_t body_len = 0;
+};
+
+/// One frame received for this node; `data` (after the relay header) is
+/// valid until the next recv().
+struct InFrame {
+    uint32_t src_node = 0;
+    uint8_t kind = 0, hops = 0, path = 0;
+    uint32_t session = 0;
+    const uint8_t *data = nullptr;
+    size_t len = 0;
+};
+
+/// The route to a node as the link sees it now.
+struct PathInfo {
+    bool found = false;
+    uint32_t hops = 0;            ///< links to the destination
+    uint32_t nnexthops = 0;       ///< equal-cost first hops
+    uint32_t mtu = 0;             ///< of the first hop's interface
+    std::string iface;            ///< the first hop's interface
+    std::string via;              ///< the neighbour's address on that link
+    std::string describe() const; ///< "3 hops via m-b (10.90.1.2)" or "no route"
+};
+
+class Link {
+  public:
+    virtual ~Link() = default;
+    virtual uint32_t self_node() const = 0;
+    /// This node's IPv4 addresses (host order, sorted): the listen handle's.
+    virtual std::vector<uint32_t> addresses() const = 0;
+    /// Whether this node relays for others (the daemon's --relay).
+    virtual bool relay_enabled() const { return true; }
+    /// Sends what it can now, in order; returns how many were taken (the
+    /// rest: try later). A frame without a route is taken and dropped.
+    virtual size_t send(std::span<const OutFrame> frames) = 0;
+    /// Non-blocking: fills `out` with frames for this node, returns how many.
+    virtual size_t recv(std::span<InFrame> out) = 0;
+    /// The route to `dst` through next hop `path` (mod the route's count),
+    /// from a cache refreshed every so often; `reread` reads the maps now.
+    virtual PathInfo path(uint32_t dst, uint8_t path, bool reread = false) = 0;
+    /// Largest `head_len + body_len` a frame to `dst` may carry.
+    virtual size_t max_payload(uint32_t dst) = 0;
+    /// A descriptor that polls readable when recv() has frames, or -1.
+    virtual int poll_fd() const { return -1; }
+};
+
+/// $INCXDP_MESH_PIN_DIR, else /sys/fs/bpf/incxdp/mesh.
+std::string default_pin_dir();
+
+/// The node's IPv4 addresses on interfaces that are up, loopback excepted
+/// (host order, sorted), and incxdp_mesh_node_id() of them.
+std::vector<uint32_t> local_addresses();
+uint32_t node_id_of(std::vector<uint32_t> addrs_host_order);
+
+/// The real link: one non-blocking UDP socket on INCXDP_RELAY_UDP_PORT and
+/// the routes read from the daemon's pinned maps in `pin_dir` (bpf_obj_get).
+/// Throws std::runtime_error naming the socket or the pin dir.
+std::unique_ptr<Link> open_udp_link(const std::string &pin_dir);
+
+} // namespace incxdp::mesh
