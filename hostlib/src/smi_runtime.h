@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// The SMI runtime of one rank (docs/SMI.md §Runtime): its endpoint (a UDP
+// socket on INCXDP_RELAY_UDP_PORT in the rank's namespace), the streams
+// that buffer received messages per (src, port, op), the credits of the
+// streams it sends on, per-peer batching into frames, and the link layer
+// that makes frames reliable (sequence numbers per (src, dst), cumulative
+// acks, go-back-N). A background thread receives, acknowledges and resends;
+// application threads push and pop under the same mutex.
+#pragma once
+
+#include "incxdp/smi.h"
+#include "incxdp/smi_topology.h"
+#include "smi_routes.h"
+
+#include <incxdp/relay.h>
+#include <incxdp/smi_wire.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <netinet/in.h>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace incxdp::smi {
+
+using Clock = std::chrono::steady_clock;
+
+// Receive buffer of a channel when its asynchronicity degree is 0.
+inline constexpr int kDefaultAsyncDegree = 16;
+// A stream holds at most this many messages: frames beyond are refused (the
+// backpressure of eager channels; credits keep rendezvous ones below it).
+inline constexpr size_t kStreamCapMsgs = 1024;
+// Frames in flight per peer before a sender waits for acks.
+inline constexpr size_t kMaxUnackedFrames = 1024;
+
+int elem_size(SMI_Datatype t);     // bytes
+int elems_per_msg(SMI_Datatype t); // 28 char, 14 short, 7 int/float, 3 double
+
+// Stream key: (peer rank, port, op).
+inline uint32_t stream_key(int peer, int port, int op) {
+    return static_cast<uint32_t>(peer) << 16 | static_cast<uint32_t>(port) << 8 |
+           static_cast<uint32_t>(op);
+}
+
+struct RxStream {
+    std::deque<incxdp_smi_msg> msgs; // data messages not yet popped
+    size_t front_pos = 0;            // elements of msgs.front() already popped
+    uint64_t ungranted = 0;          // popped elements not yet returned as credits
+};
+
+struct TxStream {
+    bool opened = false;
+    int64_t credits = 0; // elements this rank may still send (rendezvous)
+};
+
+struct SentFrame {
+    uint32_t seq = 0;
+    std::vector<uint8_t> bytes; // relay header + messages
+    Clock::time_point sent;
+};
+
+struct Peer {
+    sockaddr_in next_hop{}; // first hop's address on the link
+    bool reachable = false;
+    std::vector<incxdp_smi_msg> batch; // complete messages waiting for a frame
+    uint32_t next_seq = 1;             // 0 = unsequenced (ack-only frames)
+    std::deque<SentFrame> unacked;
+    int backoff = 0; // consecutive timeouts of the oldest frame
+    uint32_t rx_expected = 1;
+    bool ack_due = false;
+};
+
+// One direction of a channel towards (or from) one peer.
+struct SendLane {
+    int dst = 0, port = 0, op = 0;
+    incxdp_smi_msg msg{}; // being filled
+    int fill = 0;
+};
+struct RecvLane {
+    int src = 0, port = 0, op = 0;
+};
+
+struct Runtime;
+
+} // namespace incxdp::smi
+
+// The channel state SMI_Channel & co. point to.
+struct incxdp_smi_chan {
+    SMI_Datatype type = SMI_INT;
+    int size = 4, per_msg = 7;
+    int64_t budget = 0;      // rendezvous credits B = packets x elems per packet
+    int64_t grant_chunk = 1; // B / 8
+    bool eager = false;
+    uint64_t calls = 0;                    // SMI calls made on this channel
+    std::vector<incxdp::smi::SendLane> tx; // per destination
+    std::vector<incxdp::smi::RecvLane> rx; // per source
+};
+
+struct incxdp_smi_runtime {
+    int rank = 0, size = 0;
+    bool eager_default = false;
+    incxdp::topo::smi::Cabling cabling;
+    incxdp::smi::Routes routes;
+    int fd = -1;
+    size_t max_msgs = INCXDP_SMI_MAX_MSGS_PER_FRAME;
+    std::chrono::milliseconds rto{20};
+
+    std::mutex mu;
+    std::condition_variable cv; // new messages, credits or acks
+    std::vector<incxdp::smi::Peer> peers;
+    std::map<uint32_t, incxdp::smi::RxStream> rx;
+    std::map<uint32_t, incxdp::smi::TxStream> tx;
+    std::deque<incxdp_smi_chan> chans; // stable addresses
+    size_t rx_msgs = 0;                // messages in every RxStream
+    incxdp_smi_stats stats{};
+
+    std::atomic<bool> stop{false};
+    std::thread progress;
+};
+
+namespace incxdp::smi {
+
+// Opens the endpoint, computes routes and starts the progress thread.
+void start(incxdp_smi_runtime &rt, int rank, const std::string &topology_file, bool eager);
+// Waits for the acks of everything sent (bounded), then stops.
+void finish(incxdp_smi_runtime &rt);
+
+// Under rt.mu: the message goes into the peer's batch (a frame leaves when
+// the batch is full or `now`), or on the wire at once.
+void queue_msg(incxdp_smi_runtime &rt, int dst, const incxdp_smi_msg &m, bool now);
+void flush_peer(incxdp_smi_runtime &rt, int dst);
+void flush_all(incxdp_smi_runtime &rt);
+// Under rt.mu: waits until pred() holds, flushing batches first so that
+// what the wait depends on is on its way.
+template <class Pred>
+void wait_for(incxdp_smi_runtime &rt, std::unique_lock<std::mutex> &lk, Pred pred) {
+    if (pred())
+        return;
+    flush_all(rt);
+    rt.cv.wait(lk, pred);
+}
+
+} // namespace incxdp::smi
