@@ -165,8 +165,11 @@ class Bringup {
             configure(n);
         if (t_.routing == Routing::UpDown)
             install_updown_routes(t_, prefix_, progress_);
+        // Mesh interfaces are left free for the relay (`incxdp mesh run`),
+        // which is what redirects into them there.
         for (const Node &n : t_.nodes)
-            if (n.kind == NodeKind::Host && !n.ifaces.empty()) {
+            if (n.kind == NodeKind::Host && !n.ifaces.empty() &&
+                t_.kind != TopologyKind::Mesh) {
                 step(fmt::format("xdp {}: attach incxdp_pass on {} iface(s)", n.name,
                                  n.ifaces.size()));
                 in_netns(

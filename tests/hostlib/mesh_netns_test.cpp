@@ -100,10 +100,6 @@ struct Cluster {
             error = "incxdp topo up: " + r.err;
             return;
         }
-        // The relay takes the place of the hosts' incxdp_pass on each interface.
-        for (auto &n : t.nodes)
-            for (auto &i : n.ifaces)
-                proc::run({"ip", "-n", ns(n.name), "link", "set", "dev", i.name, "xdp", "off"});
         for (auto &h : hosts)
             start_daemon(h);
         if (!converged(Clock::now() + std::chrono::seconds(30)))

@@ -59,12 +59,6 @@ class MeshNetns : public ::testing::Test {
         pin_root_ = "/sys/fs/bpf/incxdp-" + tag_;
         on_interrupt_.emplace([this] { take_down(); });
         topo::up(t_, prefix_);
-        // `topo up` gives every host interface incxdp_pass (for veth
-        // redirects); the relay takes its place, as on a real host.
-        for (const topo::Node &n : t_.nodes)
-            for (const topo::Iface &i : n.ifaces)
-                proc::run_ok({"ip", "-n", ns(n.name), "link", "set", "dev", i.name, "xdp", "off"},
-                             "detach incxdp_pass");
         for (const topo::Node &n : t_.nodes) {
             std::vector<uint32_t> addrs;
             for (const topo::Iface &i : n.ifaces)
