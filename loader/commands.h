@@ -28,8 +28,13 @@ void add_load_commands(CLI::App &app);  // load, unload, status
 void add_job_command(CLI::App &app);    // job add|del|list
 void add_stats_command(CLI::App &app);  // stats
 void add_topo_command(CLI::App &app);   // topo up|down|status
+void add_plan_command(CLI::App &app);   // plan (aggregation trees per INC fid of a .cm)
 void add_chaos_command(CLI::App &app);  // chaos (fault injection)
 void add_rules_command(CLI::App &app);  // rules apply|show|clear (RoCEv2 trees)
 void add_capture_command(CLI::App &app); // capture (pcap of what arrives at our XDP programs)
+void add_smi_command(CLI::App &app);    // smi routes|run (SMI clusters on the mesh relay)
+void add_mesh_command(CLI::App &app);    // mesh run|show|stats (discovery, routing, relay)
+void add_cm_command(CLI::App &app);      // cm check|gen (htsim connection matrices)
+void add_replay_command(CLI::App &app);  // replay (a .cm with real bytes on a topology)
 
 } // namespace incxdp::cli

@@ -13,9 +13,14 @@ int main(int argc, char **argv)
     incxdp::cli::add_job_command(app);
     incxdp::cli::add_stats_command(app);
     incxdp::cli::add_topo_command(app);
+    incxdp::cli::add_plan_command(app);
     incxdp::cli::add_chaos_command(app);
     incxdp::cli::add_rules_command(app);
     incxdp::cli::add_capture_command(app);
+    incxdp::cli::add_smi_command(app);
+    incxdp::cli::add_mesh_command(app);
+    incxdp::cli::add_cm_command(app);
+    incxdp::cli::add_replay_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError &e) {
