@@ -46,7 +46,6 @@ struct SmiArgs {
     bool apply = false;
     std::string mode = "native";
     bool keep = false;
-    bool no_relay = false;
     double timeout = 0;
     std::vector<std::string> program;
 };
@@ -296,16 +295,14 @@ int do_run(const SmiArgs &a) {
     auto teardown = [&] {
         if (a.keep || !brought_up)
             return;
-        if (!a.no_relay)
-            detach_all(c, a.prefix);
+        detach_all(c, a.prefix);
         topo::down(c.topo, a.prefix);
     };
     std::vector<pid_t> pids;
     std::vector<int> status;
     std::vector<std::string> why;
     try {
-        if (!a.no_relay)
-            apply_all(c, a.prefix, a.mode);
+        apply_all(c, a.prefix, a.mode);
         for (int r = 0; r < c.cabling.size(); r++)
             pids.push_back(spawn(c, r, a, topo_path));
         status = wait_ranks(pids, a.timeout, why);
@@ -368,8 +365,6 @@ void add_smi_command(CLI::App &app) {
     run->add_option("--prefix", args->prefix, "namespace prefix of the cluster")
         ->capture_default_str();
     run->add_flag("--keep", args->keep, "leave the cluster up afterwards");
-    run->add_flag("--no-relay", args->no_relay,
-                  "no XDP relay: the ranks forward transit frames themselves");
     run->add_option("--mode", args->mode, "relay attach mode")
         ->check(CLI::IsMember({"native", "skb"}));
     run->add_option("--timeout", args->timeout,

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <stdexcept>
 
 namespace incxdp::mesh {
@@ -64,18 +65,19 @@ struct Fd {
 
 class UdpLink final : public Link {
   public:
-    explicit UdpLink(const std::string &pin_dir) : pin_dir_(pin_dir) {
+    UdpLink(const std::string &pin_dir, std::optional<uint32_t> self_node)
+        : pin_dir_(pin_dir), fixed_self_(self_node) {
         std::string routes = pin_dir + "/" INCXDP_MAP_RELAY_ROUTES;
         routes_.fd = bpf_obj_get(routes.c_str());
         if (routes_.fd < 0)
             throw std::runtime_error(fmt::format(
-                "mesh: cannot open the route map {}: {} (is `incxdp mesh run --pin-dir {}` "
-                "running on this node?)",
+                "mesh: cannot open the route map {}: {} (no relay on this node with pin dir {}: "
+                "`incxdp mesh run` or `incxdp smi run` attaches it)",
                 routes, strerror(errno), pin_dir));
         std::string cfg = pin_dir + "/" INCXDP_MAP_RELAY_CFG;
         cfg_.fd = bpf_obj_get(cfg.c_str());
         addrs_ = local_addresses();
-        self_ = node_id_of(addrs_);
+        self_ = fixed_self_ ? *fixed_self_ : node_id_of(addrs_);
         read_cfg();
 
         sock_.fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -259,13 +261,16 @@ class UdpLink final : public Link {
             return;
         uint32_t key = 0;
         incxdp_relay_cfg c{};
-        if (bpf_map_lookup_elem(cfg_.fd, &key, &c) == 0 && c.self_node != 0) {
-            self_ = c.self_node;
+        // SMI's rank 0 is node 0: a fixed id does not wait for a non-zero one.
+        if (bpf_map_lookup_elem(cfg_.fd, &key, &c) == 0 && (fixed_self_ || c.self_node != 0)) {
+            if (!fixed_self_)
+                self_ = c.self_node;
             relay_enabled_ = c.relay_enabled != 0;
         }
     }
 
     std::string pin_dir_;
+    std::optional<uint32_t> fixed_self_;
     Fd routes_, cfg_, sock_;
     std::vector<uint32_t> addrs_;
     uint32_t self_ = 0;
@@ -312,7 +317,11 @@ uint32_t node_id_of(std::vector<uint32_t> addrs) {
 }
 
 std::unique_ptr<Link> open_udp_link(const std::string &pin_dir) {
-    return std::make_unique<UdpLink>(pin_dir);
+    return std::make_unique<UdpLink>(pin_dir, std::nullopt);
+}
+
+std::unique_ptr<Link> open_udp_link(const std::string &pin_dir, uint32_t self_node) {
+    return std::make_unique<UdpLink>(pin_dir, self_node);
 }
 
 } // namespace incxdp::mesh

@@ -2,7 +2,7 @@
 // A node's way onto the mesh: frames of some relay kind to any node id,
 // sent to the first hop of the route the mesh daemon installed (the relay's
 // pinned maps), and the frames for this node received. Used by the p2p
-// endpoint (mesh.h) and meant for any other user of the relay (SMI).
+// endpoint (mesh.h) and the SMI runtime (smi_runtime.h).
 #pragma once
 
 #include <cstddef>
@@ -82,5 +82,8 @@ uint32_t node_id_of(std::vector<uint32_t> addrs_host_order);
 /// the routes read from the daemon's pinned maps in `pin_dir` (bpf_obj_get).
 /// Throws std::runtime_error naming the socket or the pin dir.
 std::unique_ptr<Link> open_udp_link(const std::string &pin_dir);
+/// The same for a relay whose nodes are not named by their addresses (SMI
+/// names them by rank): this node is `self_node`, whatever the config says.
+std::unique_ptr<Link> open_udp_link(const std::string &pin_dir, uint32_t self_node);
 
 } // namespace incxdp::mesh

@@ -220,10 +220,15 @@ SMI_Comm SMI_Init(int *, char ***) {
             "`incxdp smi run TOPOLOGY -- PROGRAM`");
     if (g_rt)
         die("SMI_Init", "called twice");
+    const char *pin_dir = std::getenv("INCXDP_SMI_PIN_DIR");
+    if (!pin_dir || !*pin_dir)
+        die("SMI_Init", "INCXDP_SMI_PIN_DIR (the rank's relay) is not set: start the program with "
+                        "`incxdp smi run TOPOLOGY -- PROGRAM`");
     const char *eager = std::getenv("INCXDP_SMI_EAGER");
     g_rt = new incxdp_smi_runtime;
     try {
-        incxdp::smi::start(*g_rt, std::atoi(rank), topo, eager && std::strcmp(eager, "1") == 0);
+        incxdp::smi::start(*g_rt, std::atoi(rank), topo, pin_dir,
+                           eager && std::strcmp(eager, "1") == 0);
     } catch (const std::exception &e) {
         die("SMI_Init", e.what());
     }

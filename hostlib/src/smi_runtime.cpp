@@ -2,16 +2,13 @@
 // The SMI runtime's endpoint, frames, link layer and progress thread.
 #include "smi_runtime.h"
 
-#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstring>
+#include <span>
 #include <stdexcept>
 
 namespace incxdp::smi {
@@ -20,16 +17,10 @@ namespace {
 static_assert(std::endian::native == std::endian::little,
               "SMI elements are little-endian on the wire and copied as they are");
 
-constexpr int kRecvBatch = 64;
-constexpr size_t kFrameMax =
-    sizeof(incxdp_relay_hdr) + INCXDP_SMI_MAX_MSGS_PER_FRAME * INCXDP_SMI_MSG_LEN;
+constexpr size_t kRecvBatch = 64;
 constexpr auto kMaxRto = std::chrono::milliseconds(500);
 constexpr auto kFinishAckWait = std::chrono::seconds(10);
 constexpr auto kFinishLinger = std::chrono::milliseconds(200);
-
-[[noreturn]] void sys_fail(const std::string &what) {
-    throw std::runtime_error(fmt::format("{}: {}", what, std::strerror(errno)));
-}
 
 incxdp_smi_msg link_ack(int src, int dst, uint32_t expected) {
     incxdp_smi_msg m{};
@@ -41,11 +32,21 @@ incxdp_smi_msg link_ack(int src, int dst, uint32_t expected) {
     return m;
 }
 
-void send_bytes(incxdp_smi_runtime &rt, const Peer &p, const std::vector<uint8_t> &b) {
-    // A full socket buffer or an unreachable neighbour loses the frame; the
-    // link layer's timer sends it again.
-    ::sendto(rt.fd, b.data(), b.size(), MSG_DONTWAIT,
-             reinterpret_cast<const sockaddr *>(&p.next_hop), sizeof(p.next_hop));
+// The relay header's session carries the frame's sequence number.
+mesh::OutFrame out_frame(int dst, uint32_t seq, const std::vector<uint8_t> &payload) {
+    mesh::OutFrame f;
+    f.dst_node = static_cast<uint32_t>(dst);
+    f.kind = INCXDP_RELAY_KIND_SMI;
+    f.session = seq;
+    f.body = payload.data();
+    f.body_len = payload.size();
+    return f;
+}
+
+// A frame the link does not take now (full socket buffer) is lost, as is one
+// to an unreachable neighbour: the link layer's timer sends it again.
+void send_frames(incxdp_smi_runtime &rt, std::span<const mesh::OutFrame> frames) {
+    rt.link->send(frames);
 }
 
 // Under rt.mu: one frame to dst with an ack for dst's stream in front and
@@ -55,24 +56,15 @@ void send_frame(incxdp_smi_runtime &rt, int dst, const incxdp_smi_msg *msgs, siz
     if (!p.reachable)
         throw std::runtime_error(
             fmt::format("SMI rank {}: no route to rank {} in {}", rt.rank, dst, rt.cabling.source));
-    std::vector<uint8_t> b(sizeof(incxdp_relay_hdr) + (n + 1) * INCXDP_SMI_MSG_LEN);
-    incxdp_relay_hdr h{};
-    h.magic = htons(INCXDP_RELAY_MAGIC);
-    h.version = INCXDP_RELAY_VERSION;
-    h.kind = INCXDP_RELAY_KIND_SMI;
-    h.total_hops = static_cast<uint8_t>(std::max(0, rt.routes.ranks[rt.rank].hops[dst]));
-    h.src_node = htonl(static_cast<uint32_t>(rt.rank));
-    h.dst_node = htonl(static_cast<uint32_t>(dst));
+    std::vector<uint8_t> b((n + 1) * INCXDP_SMI_MSG_LEN);
     const uint32_t seq = n ? p.next_seq++ : 0;
-    h.session = htonl(seq);
-    h.payload_len = htonl(static_cast<uint32_t>((n + 1) * INCXDP_SMI_MSG_LEN));
-    std::memcpy(b.data(), &h, sizeof(h));
     incxdp_smi_msg ack = link_ack(rt.rank, dst, p.rx_expected);
-    std::memcpy(b.data() + sizeof(h), &ack, sizeof(ack));
+    std::memcpy(b.data(), &ack, sizeof(ack));
     if (n)
-        std::memcpy(b.data() + sizeof(h) + INCXDP_SMI_MSG_LEN, msgs, n * INCXDP_SMI_MSG_LEN);
+        std::memcpy(b.data() + INCXDP_SMI_MSG_LEN, msgs, n * INCXDP_SMI_MSG_LEN);
     p.ack_due = false;
-    send_bytes(rt, p, b);
+    const mesh::OutFrame f = out_frame(dst, seq, b);
+    send_frames(rt, {&f, 1});
     rt.stats.frames_sent++;
     rt.stats.msgs_sent += n;
     if (n) {
@@ -121,40 +113,17 @@ void on_ack(Peer &p, uint32_t expected) {
         p.backoff = 0;
 }
 
-// Under rt.mu: a transit frame (no relay on this node): on to its next hop.
-void forward(incxdp_smi_runtime &rt, uint8_t *frame, size_t len, int dst) {
-    if (dst >= rt.size || !rt.peers[dst].reachable)
+// Under rt.mu: a frame the link received for this rank (transit frames stay
+// in the relays).
+void on_frame(incxdp_smi_runtime &rt, const mesh::InFrame &f) {
+    if (f.kind != INCXDP_RELAY_KIND_SMI || f.len % INCXDP_SMI_MSG_LEN ||
+        f.src_node >= static_cast<uint32_t>(rt.size))
         return;
-    auto *h = reinterpret_cast<incxdp_relay_hdr *>(frame);
-    if (h->hops >= INCXDP_SMI_MAX_RANKS - 1)
-        return;
-    h->hops++;
-    ::sendto(rt.fd, frame, len, MSG_DONTWAIT,
-             reinterpret_cast<const sockaddr *>(&rt.peers[dst].next_hop), sizeof(sockaddr_in));
-    rt.stats.forwarded++;
-}
-
-void on_frame(incxdp_smi_runtime &rt, uint8_t *frame, size_t len) {
-    if (len < sizeof(incxdp_relay_hdr))
-        return;
-    incxdp_relay_hdr h;
-    std::memcpy(&h, frame, sizeof(h));
-    const size_t payload = ntohl(h.payload_len);
-    if (ntohs(h.magic) != INCXDP_RELAY_MAGIC || h.version != INCXDP_RELAY_VERSION ||
-        h.kind != INCXDP_RELAY_KIND_SMI || payload % INCXDP_SMI_MSG_LEN ||
-        sizeof(h) + payload > len)
-        return;
-    const uint32_t src = ntohl(h.src_node), dst = ntohl(h.dst_node);
-    if (src >= static_cast<uint32_t>(rt.size))
-        return;
-    if (dst != static_cast<uint32_t>(rt.rank)) {
-        forward(rt, frame, sizeof(h) + payload, static_cast<int>(dst));
-        return;
-    }
+    const uint32_t src = f.src_node;
     rt.stats.frames_received++;
-    const size_t n = payload / INCXDP_SMI_MSG_LEN;
+    const size_t n = f.len / INCXDP_SMI_MSG_LEN;
     std::vector<incxdp_smi_msg> msgs(n);
-    std::memcpy(msgs.data(), frame + sizeof(h), payload);
+    std::memcpy(msgs.data(), f.data, f.len);
     Peer &p = rt.peers[src];
     for (const incxdp_smi_msg &m : msgs)
         if (incxdp_smi_op(m.elems_and_op) == INCXDP_SMI_OP_SYNCH &&
@@ -163,7 +132,7 @@ void on_frame(incxdp_smi_runtime &rt, uint8_t *frame, size_t len) {
             std::memcpy(&e, m.data, 4);
             on_ack(p, e);
         }
-    const uint32_t seq = ntohl(h.session);
+    const uint32_t seq = f.session;
     if (seq == 0)
         return;
     p.ack_due = true; // also for duplicates and gaps: tells the sender where we are
@@ -180,6 +149,7 @@ void on_frame(incxdp_smi_runtime &rt, uint8_t *frame, size_t len) {
 // Under rt.mu: go-back-N for every peer whose oldest frame is overdue.
 void resend_overdue(incxdp_smi_runtime &rt) {
     const auto now = Clock::now();
+    std::vector<mesh::OutFrame> out;
     for (Peer &p : rt.peers) {
         if (p.unacked.empty())
             continue;
@@ -188,35 +158,30 @@ void resend_overdue(incxdp_smi_runtime &rt) {
         if (now - p.unacked.front().sent < rto)
             continue;
         p.backoff++;
+        const int dst = static_cast<int>(&p - rt.peers.data());
+        out.clear();
         for (SentFrame &f : p.unacked) {
             // The ack in front is refreshed: the peer may have waited for it.
-            incxdp_smi_msg ack =
-                link_ack(rt.rank, static_cast<int>(&p - rt.peers.data()), p.rx_expected);
-            std::memcpy(f.bytes.data() + sizeof(incxdp_relay_hdr), &ack, sizeof(ack));
-            send_bytes(rt, p, f.bytes);
+            incxdp_smi_msg ack = link_ack(rt.rank, dst, p.rx_expected);
+            std::memcpy(f.bytes.data(), &ack, sizeof(ack));
+            out.push_back(out_frame(dst, f.seq, f.bytes));
             f.sent = now;
             rt.stats.retransmits++;
         }
+        send_frames(rt, out);
     }
 }
 
 void progress_loop(incxdp_smi_runtime &rt) {
-    std::vector<std::vector<uint8_t>> bufs(kRecvBatch, std::vector<uint8_t>(kFrameMax + 64));
-    std::vector<mmsghdr> hdrs(kRecvBatch);
-    std::vector<iovec> iovs(kRecvBatch);
+    std::vector<mesh::InFrame> in(kRecvBatch);
     while (!rt.stop.load()) {
-        pollfd pfd{rt.fd, POLLIN, 0};
+        pollfd pfd{rt.link ? rt.link->poll_fd() : -1, POLLIN, 0};
         ::poll(&pfd, 1, 1);
-        for (int i = 0; i < kRecvBatch; i++) {
-            iovs[i] = {bufs[i].data(), bufs[i].size()};
-            hdrs[i] = {};
-            hdrs[i].msg_hdr.msg_iov = &iovs[i];
-            hdrs[i].msg_hdr.msg_iovlen = 1;
-        }
-        int got = ::recvmmsg(rt.fd, hdrs.data(), kRecvBatch, MSG_DONTWAIT, nullptr);
         std::lock_guard<std::mutex> g(rt.mu);
-        for (int i = 0; i < got; i++)
-            on_frame(rt, bufs[i].data(), hdrs[i].msg_len);
+        // Under rt.mu: the link is not thread-safe and application threads send.
+        const size_t got = rt.link ? rt.link->recv(in) : 0;
+        for (size_t i = 0; i < got; i++)
+            on_frame(rt, in[i]);
         for (size_t d = 0; d < rt.peers.size(); d++) {
             Peer &p = rt.peers[d];
             if (!p.batch.empty())
@@ -282,7 +247,8 @@ void queue_msg(incxdp_smi_runtime &rt, int dst, const incxdp_smi_msg &m, bool no
         flush_peer(rt, dst);
 }
 
-void start(incxdp_smi_runtime &rt, int rank, const std::string &topology_file, bool eager) {
+void start(incxdp_smi_runtime &rt, int rank, const std::string &topology_file,
+           const std::string &pin_dir, bool eager) {
     rt.cabling = topo::smi::load_cabling(topology_file);
     rt.size = rt.cabling.size();
     if (rank < 0 || rank >= rt.size)
@@ -292,36 +258,19 @@ void start(incxdp_smi_runtime &rt, int rank, const std::string &topology_file, b
     rt.eager_default = eager;
     rt.routes = compute_routes(rt.cabling);
     rt.peers.resize(rt.size);
-    for (int d = 0; d < rt.size; d++) {
-        int ch = rt.routes.ranks[rank].out_ch[d];
-        if (ch < 0)
-            continue;
-        topo::smi::LinkEnd e = topo::smi::link_end(rt.cabling, rank, ch);
-        Peer &p = rt.peers[d];
-        p.next_hop.sin_family = AF_INET;
-        p.next_hop.sin_port = htons(INCXDP_RELAY_UDP_PORT);
-        if (inet_pton(AF_INET, e.peer_ip.c_str(), &p.next_hop.sin_addr) != 1)
-            throw std::runtime_error("bad address " + e.peer_ip);
-        p.reachable = true;
-    }
+    bool any = false;
+    for (int d = 0; d < rt.size; d++)
+        any |= rt.peers[d].reachable = rt.routes.ranks[rank].out_ch[d] >= 0;
     if (const char *ms = std::getenv("INCXDP_SMI_RTO_MS"))
         rt.rto = std::chrono::milliseconds(std::max(1, std::atoi(ms)));
-    rt.fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (rt.fd < 0)
-        sys_fail("SMI endpoint: socket");
-    int one = 1, big = 8 << 20;
-    ::setsockopt(rt.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    // FORCE needs CAP_NET_ADMIN (the launcher runs as root); else the sysctl cap.
-    if (::setsockopt(rt.fd, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big)) != 0)
-        ::setsockopt(rt.fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
-    if (::setsockopt(rt.fd, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big)) != 0)
-        ::setsockopt(rt.fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(INCXDP_RELAY_UDP_PORT);
-    if (::bind(rt.fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)) != 0)
-        sys_fail(fmt::format("SMI endpoint: bind UDP port {} (another SMI rank in this namespace?)",
-                             INCXDP_RELAY_UDP_PORT));
+    // An uncabled rank has no relay to open; it can only fail to reach others.
+    if (any) {
+        try {
+            rt.link = mesh::open_udp_link(pin_dir, static_cast<uint32_t>(rank));
+        } catch (const std::exception &e) {
+            throw std::runtime_error(fmt::format("SMI rank {}: {}", rank, e.what()));
+        }
+    }
     rt.progress = std::thread([&rt] {
         try {
             progress_loop(rt);
@@ -350,8 +299,7 @@ void finish(incxdp_smi_runtime &rt) {
     rt.stop = true;
     if (rt.progress.joinable())
         rt.progress.join();
-    ::close(rt.fd);
-    rt.fd = -1;
+    rt.link.reset();
 }
 
 } // namespace incxdp::smi

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// The SMI runtime of one rank (docs/SMI.md §Runtime): its endpoint (a UDP
-// socket on INCXDP_RELAY_UDP_PORT in the rank's namespace), the streams
+// The SMI runtime of one rank (docs/SMI.md §Runtime): its endpoint (the
+// mesh link onto the relay of the rank's namespace), the streams
 // that buffer received messages per (src, port, op), the credits of the
 // streams it sends on, per-peer batching into frames, and the link layer
 // that makes frames reliable (sequence numbers per (src, dst), cumulative
@@ -10,6 +10,7 @@
 
 #include "incxdp/smi.h"
 #include "incxdp/smi_topology.h"
+#include "mesh_link.h"
 #include "smi_routes.h"
 
 #include <incxdp/relay.h>
@@ -21,8 +22,8 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
-#include <netinet/in.h>
 #include <string>
 #include <thread>
 #include <vector>
@@ -61,13 +62,12 @@ struct TxStream {
 
 struct SentFrame {
     uint32_t seq = 0;
-    std::vector<uint8_t> bytes; // relay header + messages
+    std::vector<uint8_t> bytes; // the relay payload: link ack + messages
     Clock::time_point sent;
 };
 
 struct Peer {
-    sockaddr_in next_hop{}; // first hop's address on the link
-    bool reachable = false;
+    bool reachable = false;            // the cabling has a route to it
     std::vector<incxdp_smi_msg> batch; // complete messages waiting for a frame
     uint32_t next_seq = 1;             // 0 = unsequenced (ack-only frames)
     std::deque<SentFrame> unacked;
@@ -107,7 +107,7 @@ struct incxdp_smi_runtime {
     bool eager_default = false;
     incxdp::topo::smi::Cabling cabling;
     incxdp::smi::Routes routes;
-    int fd = -1;
+    std::unique_ptr<incxdp::mesh::Link> link; // null when the cabling gives no peer
     size_t max_msgs = INCXDP_SMI_MAX_MSGS_PER_FRAME;
     std::chrono::milliseconds rto{20};
 
@@ -126,8 +126,10 @@ struct incxdp_smi_runtime {
 
 namespace incxdp::smi {
 
-// Opens the endpoint, computes routes and starts the progress thread.
-void start(incxdp_smi_runtime &rt, int rank, const std::string &topology_file, bool eager);
+// Opens the link onto the relay pinned in `pin_dir` (whose routes
+// `incxdp smi run` installed) and starts the progress thread.
+void start(incxdp_smi_runtime &rt, int rank, const std::string &topology_file,
+           const std::string &pin_dir, bool eager);
 // Waits for the acks of everything sent (bounded), then stops.
 void finish(incxdp_smi_runtime &rt);
 

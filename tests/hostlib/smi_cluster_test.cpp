@@ -88,11 +88,6 @@ TEST_F(SmiCluster, Torus8EveryOperationValueByValue) {
     // The slow receiver (rank 5) reports its high-water mark; the program
     // fails if it passed the channel's buffer.
     EXPECT_NE(r.out.find("rank 5: slow receiver: 20000 elements"), std::string::npos) << r.out;
-    // Transit frames crossed the relays in XDP, never a rank's socket.
-    size_t zero = 0;
-    for (size_t at = 0; (at = r.out.find(" 0 forwarded", at)) != std::string::npos; at++)
-        zero++;
-    EXPECT_EQ(zero, 8u) << r.out;
     expect_gone();
 }
 

@@ -349,9 +349,9 @@ int main(int argc, char **argv)
 	}
 	struct incxdp_smi_stats st;
 	incxdp_smi_get_stats(comm, &st);
-	printf("rank %d/%d %s ok: %llu frames sent, %llu received, %llu resent, %llu forwarded\n", rank, nranks,
+	printf("rank %d/%d %s ok: %llu frames sent, %llu received, %llu resent\n", rank, nranks,
 	       mode, (unsigned long long)st.frames_sent, (unsigned long long)st.frames_received,
-	       (unsigned long long)st.retransmits, (unsigned long long)st.forwarded);
+	       (unsigned long long)st.retransmits);
 	SMI_Finalize(comm);
 	return 0;
 }

@@ -149,7 +149,6 @@ void incxdp_smi_pop_n(SMI_Channel *chan, void *data, size_t n);
 struct incxdp_smi_stats {
 	uint64_t frames_sent, frames_received, msgs_sent, msgs_received;
 	uint64_t retransmits;       /* frames sent again after a timeout */
-	uint64_t forwarded;         /* transit frames the runtime forwarded (no relay) */
 	uint64_t rx_high_water;     /* most element bytes ever buffered at once */
 	uint64_t unacked_high_water; /* most frames ever waiting for an ack */
 };
