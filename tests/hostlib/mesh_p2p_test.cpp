@@ -162,11 +162,16 @@ struct Pair {
         }
         ASSERT_TRUE(ca && cb) << "handshake did not complete";
     }
-    // Drives both endpoints until every request is done (each once).
+    // Drives both endpoints until every request is done (each once). Both
+    // progress every round, as two processes would: an end whose own
+    // requests are all done must still answer the other's resends (its
+    // last ACK may have been lost).
     void finish(std::vector<std::pair<Endpoint *, Request *>> reqs,
                 std::map<Request *, std::vector<size_t>> *sizes = nullptr) {
         auto start = std::chrono::steady_clock::now();
         while (!reqs.empty() && before_deadline(start)) {
+            a.progress();
+            b.progress();
             for (auto it = reqs.begin(); it != reqs.end();) {
                 std::vector<size_t> s(kMaxRecvs);
                 if (it->first->test(it->second, s.data())) {
