@@ -173,7 +173,9 @@ void add_cm_command(CLI::App &app) {
         "allreduce-inc",
         "AllReduce through pod 0's hosts (the plan's dedicated pod), correct joins");
     inc->add_option("--k", g.inc.k, "fat-tree radix (k^3/4 hosts)")->required();
-    inc->add_option("--size", g.inc.size, "bytes of every flow (one chunk)")->required();
+    inc->add_option("--size", g.inc.size, "bytes of every flow (one chunk; 1M = 2^20)")
+        ->required()
+        ->transform(CLI::AsSizeValue(false));
     inc->add_option("--chunks", g.inc.chunks, "chunks per iteration")->capture_default_str();
     inc->add_option("--iterations", g.inc.iterations, "iterations (rid 1..I)")
         ->capture_default_str();
@@ -200,7 +202,9 @@ void add_cm_command(CLI::App &app) {
     });
     CLI::App *ring = gen->add_subcommand("allreduce-ring", "htsim's ring AllReduce");
     ring->add_option("--nodes", g.nodes, "ring size")->required();
-    ring->add_option("--size", g.size, "bytes per node (each step sends size/nodes)")->required();
+    ring->add_option("--size", g.size, "bytes per node (each step sends size/nodes; 1M = 2^20)")
+        ->required()
+        ->transform(CLI::AsSizeValue(false));
     ring->add_option("-o,--output", g.out, "output file (default stdout)");
     ring->callback(
         [] { gen_errors([] { write_out(cm::gen_allreduce_ring(g.nodes, g.size), g.out); }); });
