@@ -4,7 +4,7 @@
 // FileStore directory (the namespaces share the file system) and then talk
 // TCP from --addr, the worker's veth address. Rank 0 prints the table, or
 // with -j one JSON object with the same fields as incxdp-bench -j.
-#include "tool_common.h"
+#include <incxdp/util/size.h>
 
 #include <gloo/allreduce.h>
 #include <gloo/allreduce_halving_doubling.h>
@@ -30,9 +30,9 @@
 #include <memory>
 #include <vector>
 
-using incxdp::tools::algbw_mbps;
-using incxdp::tools::format_size;
-using incxdp::tools::parse_size_list;
+using incxdp::util::algbw_mbps;
+using incxdp::util::format_size;
+using incxdp::util::parse_size_list;
 using json = nlohmann::json;
 
 namespace {
@@ -171,7 +171,7 @@ int main(int argc, char **argv) {
     }
 
     try {
-        auto sizes = parse_size_list(o.sizes);
+        auto sizes = parse_size_list(o.sizes, 4); // whole int32/float32 elements
         for (uint64_t s : sizes)
             if (s == 0 || s / 4 > uint64_t(std::numeric_limits<int>::max()))
                 throw std::invalid_argument(

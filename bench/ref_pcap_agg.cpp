@@ -3,6 +3,7 @@
 
 #include <incxdp/proto.h>
 #include <incxdp/roce.h>
+#include <incxdp/util/ipv4.h>
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
@@ -21,10 +22,7 @@ constexpr const char *kStatNames[kStatCount] = {REFSW_STATS(REFSW_STAT_NAME_)};
 #undef REFSW_STAT_NAME_
 
 uint32_t ip_of(const std::string &s) {
-    in_addr a{};
-    if (inet_pton(AF_INET, s.c_str(), &a) != 1)
-        throw std::runtime_error(fmt::format("bad IPv4 address '{}'", s));
-    return a.s_addr;
+    return util::ipv4_be_or_throw(s, "tree plan address");
 }
 
 uint32_t idx_of(uint32_t psn, uint32_t base) {

@@ -8,8 +8,8 @@
 
 #include <incxdp/roce.h>
 #include <incxdp/tree_json.h>
+#include <incxdp/util/ipv4.h>
 
-#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <pcap/pcap.h>
 
@@ -23,9 +23,7 @@ namespace {
 constexpr uint32_t kMaxElems = ROCE_MAX_ELEMS;
 
 uint32_t ip_of(const char *s) {
-    in_addr a{};
-    inet_pton(AF_INET, s, &a);
-    return a.s_addr;
+    return util::ipv4_be_or_throw(s, "sample address");
 }
 
 Endpoint sample_endpoint() {

@@ -3,8 +3,8 @@
 #include "commands.h"
 
 #include <incxdp/ctl.h>
+#include <incxdp/util/ipv4.h>
 
-#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -26,11 +26,14 @@ struct JobArgs {
     uint32_t max_elems = INCXDP_MAX_ELEMS;
 };
 
-std::string ip_str(uint32_t be)
+using util::format_ipv4_be;
+
+// --switch-ip as the engine keeps it (network order).
+uint32_t switch_ip_be(const std::string &text)
 {
-    char buf[INET_ADDRSTRLEN] = {};
-    inet_ntop(AF_INET, &be, buf, sizeof(buf));
-    return buf;
+    if (const auto be = util::parse_ipv4_be(text))
+        return *be;
+    throw Error(fmt::format("job add: --switch-ip '{}' is not an IPv4 address", text));
 }
 
 ctl::JobSpec spec_from_args(const JobArgs &a, CLI::App *cmd)
@@ -50,17 +53,10 @@ ctl::JobSpec spec_from_args(const JobArgs &a, CLI::App *cmd)
         job.id = a.id;
         for (const auto &w : a.workers)
             job.workers.push_back(ctl::parse_worker_spec(w));
-        in_addr addr{};
-        if (a.switch_ip.empty() || inet_pton(AF_INET, a.switch_ip.c_str(), &addr) != 1)
-            throw Error(fmt::format("job add: --switch-ip '{}' is not an IPv4 address", a.switch_ip));
-        job.switch_ip = addr.s_addr;
+        job.switch_ip = switch_ip_be(a.switch_ip);
     }
-    if (cmd->count("--switch-ip") && !a.topo_file.empty()) {
-        in_addr addr{};
-        if (inet_pton(AF_INET, a.switch_ip.c_str(), &addr) != 1)
-            throw Error(fmt::format("job add: --switch-ip '{}' is not an IPv4 address", a.switch_ip));
-        job.switch_ip = addr.s_addr;
-    }
+    if (cmd->count("--switch-ip") && !a.topo_file.empty())
+        job.switch_ip = switch_ip_be(a.switch_ip);
     if (a.slots)
         job.slots = a.slots;
     job.max_elems = a.max_elems;
@@ -81,7 +77,7 @@ void print_jobs(const std::vector<ctl::JobInfo> &jobs, bool json)
             for (const auto &w : j.workers)
                 o["ranks"].push_back({{"rank", w.rank},
                                       {"mac", topo::mac_to_string(w.mac)},
-                                      {"ip", ip_str(w.ip)},
+                                      {"ip", format_ipv4_be(w.ip)},
                                       {"port", w.port},
                                       {"iface", w.iface}});
             arr.push_back(o);
@@ -104,8 +100,8 @@ void print_jobs(const std::vector<ctl::JobInfo> &jobs, bool json)
         fmt::print("job {}: {} workers, slots {}..{}, switch {}, max {} elems/packet\n", j.id, j.nworkers,
                    j.pool_base, j.pool_base + j.pool_size - 1, j.switch_addr, j.max_elems);
         for (const auto &w : j.workers)
-            fmt::print("  rank {:<3} {}  {:<15} :{:<5} via {}\n", w.rank, topo::mac_to_string(w.mac), ip_str(w.ip),
-                       w.port, w.iface);
+            fmt::print("  rank {:<3} {}  {:<15} :{:<5} via {}\n", w.rank,
+                       topo::mac_to_string(w.mac), format_ipv4_be(w.ip), w.port, w.iface);
     }
 }
 

@@ -2,11 +2,11 @@
 #include "mesh_graph.h"
 
 #include <incxdp/relay.h>
+#include <incxdp/util/ipv4.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <arpa/inet.h>
 #include <deque>
 
 namespace incxdp::mesh {
@@ -31,15 +31,13 @@ std::string id_str(NodeId id) {
 }
 
 std::string ip_str(uint32_t addr) {
-    return fmt::format("{}.{}.{}.{}", addr >> 24, (addr >> 16) & 0xff, (addr >> 8) & 0xff,
-                       addr & 0xff);
+    return util::format_ipv4(addr);
 }
 
 uint32_t parse_ip(const std::string &s) {
-    in_addr a{};
-    if (inet_pton(AF_INET, s.c_str(), &a) != 1)
-        throw MeshError(fmt::format("'{}' is not an IPv4 address", s));
-    return ntohl(a.s_addr);
+    if (const auto ip = util::parse_ipv4(s))
+        return *ip;
+    throw MeshError(fmt::format("'{}' is not an IPv4 address", s));
 }
 
 bool seq_newer(uint32_t a, uint32_t b) {

@@ -15,29 +15,6 @@
 
 namespace incxdp::ctl {
 
-Fd &Fd::operator=(Fd &&o) noexcept
-{
-    if (this != &o) {
-        if (fd_ >= 0)
-            ::close(fd_);
-        fd_ = o.release();
-    }
-    return *this;
-}
-
-Fd::~Fd()
-{
-    if (fd_ >= 0)
-        ::close(fd_);
-}
-
-int Fd::release()
-{
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-}
-
 std::string default_pin_dir()
 {
     const char *env = std::getenv("INCXDP_PIN_DIR");
@@ -151,6 +128,15 @@ uint32_t PinnedMaps::slot_entries() const
     if (bpf_obj_get_info_by_fd(slots.get(), &info, &len) != 0)
         throw CtlError(errno_msg("cannot query map " INCXDP_MAP_SLOTS, errno));
     return info.max_entries;
+}
+
+void make_pin_dirs(const std::string &dir) {
+    for (size_t at = 1; at != std::string::npos;) {
+        at = dir.find('/', at + 1);
+        const std::string part = dir.substr(0, at);
+        if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST)
+            throw CtlError(errno_msg("cannot create pin directory " + part, errno));
+    }
 }
 
 } // namespace incxdp::ctl

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <incxdp/ctl.h>
+#include <incxdp/util/fd.h>
 
 #include <bpf/bpf.h>
 
@@ -13,23 +14,7 @@
 
 namespace incxdp::ctl {
 
-// An owned file descriptor.
-class Fd {
-  public:
-    Fd() = default;
-    explicit Fd(int fd) : fd_(fd) {}
-    Fd(const Fd &) = delete;
-    Fd &operator=(const Fd &) = delete;
-    Fd(Fd &&o) noexcept : fd_(o.release()) {}
-    Fd &operator=(Fd &&o) noexcept;
-    ~Fd();
-    int get() const { return fd_; }
-    int release();
-    explicit operator bool() const { return fd_ >= 0; }
-
-  private:
-    int fd_ = -1;
-};
+using util::Fd;
 
 // The network namespace of this process, as "net:[inode]" identifies it.
 struct NetnsId {
@@ -73,6 +58,10 @@ template <typename K> std::vector<K> map_keys(int fd)
 }
 
 std::string map_pin_path(const std::string &dir, const char *map_name);
+
+// mkdir -p of a pin directory (the default ones are two levels below
+// bpffs); throws CtlError naming the level that failed.
+void make_pin_dirs(const std::string &dir);
 // "what failed: strerror (errno)"
 std::string errno_msg(const std::string &what, int err);
 // Mounts bpffs on /sys/fs/bpf if the pin directory lives there and it is not.

@@ -2,6 +2,8 @@
 #include "port_util.h"
 #include "pinned_maps.h"
 
+#include <incxdp/util/ipv4.h>
+
 #include <fmt/format.h>
 
 #include <cerrno>
@@ -43,6 +45,12 @@ topo::Mac mac_of(const std::string &name)
     topo::Mac mac;
     std::memcpy(mac.data(), ifr.ifr_hwaddr.sa_data, mac.size());
     return mac;
+}
+
+uint32_t be_ip(const std::string &text, const std::string &what) {
+    if (auto a = util::parse_ipv4_be(text))
+        return *a;
+    throw CtlError(fmt::format("{}: '{}' is not an IPv4 address", what, text));
 }
 
 } // namespace incxdp::ctl

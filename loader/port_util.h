@@ -15,5 +15,8 @@ uint32_t ifindex_of(const std::string &name);
 std::string ifname_of(uint32_t ifindex);
 // The interface's MAC (SIOCGIFHWADDR: sysfs would show the mount's netns).
 topo::Mac mac_of(const std::string &name);
+// An IPv4 address in network order, as map entries hold it; throws
+// CtlError("<what>: 'X' is not an IPv4 address").
+uint32_t be_ip(const std::string &text, const std::string &what);
 
 } // namespace incxdp::ctl

@@ -6,7 +6,8 @@
 
 #include "incxdp/topology.h"
 
-#include <arpa/inet.h>
+#include <incxdp/util/ipv4.h>
+
 #include <fmt/format.h>
 
 #include <cstddef>
@@ -50,63 +51,10 @@ inline bool valid_ifname(const std::string &s) {
     return true;
 }
 
-inline std::optional<uint32_t> parse_ipv4(const std::string &s) {
-    in_addr a{};
-    if (inet_pton(AF_INET, s.c_str(), &a) != 1)
-        return std::nullopt;
-    return ntohl(a.s_addr);
-}
-
-inline std::string format_ipv4(uint32_t host_order) {
-    return fmt::format("{}.{}.{}.{}", host_order >> 24, (host_order >> 16) & 0xff,
-                       (host_order >> 8) & 0xff, host_order & 0xff);
-}
-
-struct Cidr {
-    uint32_t net = 0, mask = 0;
-    int prefix = 0;
-    bool contains(uint32_t ip) const { return (ip & mask) == net; }
-    // The network and broadcast addresses are not usable by a node, except
-    // on a /31, a point-to-point link with just the two (RFC 3021).
-    bool usable(uint32_t ip) const {
-        return contains(ip) && (prefix == 31 || (ip != net && ip != (net | ~mask)));
-    }
-    uint32_t first_usable() const { return prefix == 31 ? net : net + 1; }
-    bool overlaps(const Cidr &o) const {
-        const uint32_t m = mask & o.mask; // the shorter prefix
-        return (net & m) == (o.net & m);
-    }
-    std::string str() const { return fmt::format("{}/{}", format_ipv4(net), prefix); }
-};
-
-// Parses "a.b.c.d/len" with len in 1..max_prefix and the host bits zero.
-// On failure returns nullopt and sets *err to what is wrong, quoting s.
-inline std::optional<Cidr> parse_cidr(const std::string &s, int max_prefix, std::string *err) {
-    const auto slash = s.find('/');
-    const auto ip = parse_ipv4(s.substr(0, slash));
-    if (slash == std::string::npos || !ip) {
-        *err = fmt::format("bad CIDR '{}': expected a.b.c.d/len", s);
-        return std::nullopt;
-    }
-    const std::string len = s.substr(slash + 1);
-    int prefix = -1;
-    if (!len.empty() && len.size() <= 2 && len.find_first_not_of("0123456789") == len.npos)
-        prefix = std::stoi(len);
-    if (prefix < 1 || prefix > max_prefix) {
-        *err = fmt::format("bad CIDR '{}': prefix length must be 1..{}", s, max_prefix);
-        return std::nullopt;
-    }
-    Cidr c;
-    c.prefix = prefix;
-    c.mask = ~uint32_t{0} << (32 - prefix);
-    c.net = *ip & c.mask;
-    if (c.net != *ip) {
-        *err = fmt::format("bad CIDR '{}': host bits set (did you mean {}/{}?)", s,
-                           format_ipv4(c.net), prefix);
-        return std::nullopt;
-    }
-    return c;
-}
+using util::Cidr;
+using util::format_ipv4;
+using util::parse_cidr;
+using util::parse_ipv4;
 
 // Why a MAC cannot name one interface ("" if it can): a group address
 // would be taken as multicast, and 00:00:00:00:00:00 is no address.

@@ -3,6 +3,8 @@
 
 #include "incxdp/netns.h"
 
+#include <incxdp/util/fd.h>
+
 #include <fmt/format.h>
 
 #include <cerrno>
@@ -20,25 +22,7 @@
 namespace incxdp::topo::detail {
 namespace {
 
-class Fd {
-  public:
-    explicit Fd(int fd = -1) : fd_(fd) {}
-    Fd(Fd &&o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-    Fd &operator=(Fd &&o) noexcept {
-        reset(std::exchange(o.fd_, -1));
-        return *this;
-    }
-    ~Fd() { reset(); }
-    int get() const { return fd_; }
-    void reset(int fd = -1) {
-        if (fd_ >= 0)
-            ::close(fd_);
-        fd_ = fd;
-    }
-
-  private:
-    int fd_;
-};
+using util::Fd;
 
 struct Pipe {
     Fd rd, wr;

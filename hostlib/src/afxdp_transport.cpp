@@ -4,6 +4,8 @@
 // for the worker arrive on, incxdp_xsk steering the worker's UDP port to them,
 // frames built and parsed here (frame.h). docs/HOSTLIB.md §5, docs/PERF.md.
 #include <incxdp/transport.h>
+#include <incxdp/util/ipv4.h>
+#include <incxdp/util/mac.h>
 
 #include "frame.h"
 #include "incxdp_xsk.skel.h"
@@ -56,12 +58,9 @@ using detail::XskQueueSocket;
     throw std::system_error(err, std::generic_category(), what);
 }
 
+// Network order.
 uint32_t parse_ipv4(const std::string &ip, const char *what) {
-    in_addr a{};
-    if (inet_pton(AF_INET, ip.c_str(), &a) != 1)
-        throw std::invalid_argument(
-            fmt::format("afxdp transport: {} '{}' is not an IPv4 address", what, ip));
-    return a.s_addr;
+    return util::ipv4_be_or_throw(ip, fmt::format("afxdp transport: {}", what));
 }
 
 // The interface that holds `ip` in this network namespace.
@@ -84,16 +83,6 @@ std::string iface_of(uint32_t ip, const std::string &text) {
     return name;
 }
 
-Mac parse_mac(const std::string &s) {
-    Mac m{};
-    unsigned v[6];
-    if (std::sscanf(s.c_str(), "%x:%x:%x:%x:%x:%x", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]) != 6)
-        throw std::invalid_argument("bad MAC " + s);
-    for (int i = 0; i < 6; ++i)
-        m[size_t(i)] = uint8_t(v[i]);
-    return m;
-}
-
 // The switch's MAC: its complete (or permanent) entry in this namespace's
 // neighbour table on `ifname`. Topologies install one (the switch never
 // answers ARP).
@@ -107,7 +96,7 @@ Mac neighbour_mac(const std::string &ip, const std::string &ifname) {
         if (!(is >> addr >> hwtype >> flags >> mac >> mask >> dev))
             continue;
         if (addr == ip && dev == ifname && (std::stoul(flags, nullptr, 16) & 0x2 /* ATF_COM */))
-            return parse_mac(mac);
+            return util::mac_or_throw(mac);
     }
     fail(EHOSTUNREACH,
          fmt::format("afxdp transport: no neighbour entry for the switch {} on {} (AF_XDP "

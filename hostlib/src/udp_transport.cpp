@@ -2,6 +2,8 @@
 // The UDP transport: one non-blocking socket, sendmmsg/recvmmsg batches,
 // UDP GSO on send and UDP GRO on receive (docs/PERF.md).
 #include <incxdp/transport.h>
+#include <incxdp/util/fd.h>
+#include <incxdp/util/ipv4.h>
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
@@ -35,35 +37,18 @@ constexpr size_t kMaxGsoBytes = 65535 - 20 - 8;
 // A GRO receive is at most one such datagram.
 constexpr size_t kGroBuffer = 65536;
 
-class Fd {
-  public:
-    explicit Fd(int fd) : fd_(fd) {}
-    ~Fd() {
-        if (fd_ >= 0)
-            ::close(fd_);
-    }
-    Fd(const Fd &) = delete;
-    Fd &operator=(const Fd &) = delete;
-    int get() const { return fd_; }
-
-  private:
-    int fd_;
-};
+using util::Fd;
 
 sockaddr_in make_addr(const std::string &ip, uint16_t port, const char *what) {
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
-    if (inet_pton(AF_INET, ip.c_str(), &a.sin_addr) != 1)
-        throw std::invalid_argument(
-            fmt::format("udp transport: {} '{}' is not an IPv4 address", what, ip));
+    a.sin_addr.s_addr = util::ipv4_be_or_throw(ip, fmt::format("udp transport: {}", what));
     return a;
 }
 
 std::string to_string(const sockaddr_in &a) {
-    char buf[INET_ADDRSTRLEN] = {};
-    inet_ntop(AF_INET, &a.sin_addr, buf, sizeof(buf));
-    return fmt::format("{}:{}", buf, ntohs(a.sin_port));
+    return fmt::format("{}:{}", util::format_ipv4_be(a.sin_addr.s_addr), ntohs(a.sin_port));
 }
 
 // Raise a socket buffer: the FORCE variant ignores net.core.{r,w}mem_max but

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause
 #include "verbs_session.h"
 
+#include <incxdp/util/ipv4.h>
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -39,11 +41,9 @@ constexpr size_t kMaxSeen = 16; // GIDs named in a "no GID for this IP" error
     throw std::system_error(err, std::generic_category(), what);
 }
 
+// Network order.
 uint32_t parse_ipv4(const std::string &ip, const char *what) {
-    in_addr a{};
-    if (inet_pton(AF_INET, ip.c_str(), &a) != 1)
-        throw std::invalid_argument(fmt::format("verbs: {} '{}' is not an IPv4 address", what, ip));
-    return a.s_addr;
+    return util::ipv4_be_or_throw(ip, fmt::format("verbs: {}", what));
 }
 
 const char *gid_type_name(uint32_t t) {

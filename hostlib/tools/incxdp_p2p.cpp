@@ -8,11 +8,10 @@
 
 #include <incxdp/mesh.h>
 #include <incxdp/topology.h>
+#include <incxdp/util/ipv4.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-
-#include <arpa/inet.h>
 
 #include <algorithm>
 #include <chrono>
@@ -66,11 +65,9 @@ uint64_t parse_bytes(const std::string &s) {
 
 std::vector<uint32_t> host_addrs(const topo::Node &n) {
     std::vector<uint32_t> out;
-    for (const auto &i : n.ifaces) {
-        in_addr a{};
-        if (!i.ip.empty() && inet_pton(AF_INET, i.ip.c_str(), &a) == 1)
-            out.push_back(ntohl(a.s_addr));
-    }
+    for (const auto &i : n.ifaces)
+        if (const auto ip = util::parse_ipv4(i.ip))
+            out.push_back(*ip);
     return out;
 }
 

@@ -4,8 +4,7 @@
 // 1 B .. 64 MiB bit-exact, direct or relayed; a ring link cut mid-transfer
 // is survived the other way round; relaying off and a dead relay end in
 // clear errors; ring AllReduce is exact. Needs root.
-#include "../common/interrupt_cleanup.h"
-#include "process.h"
+#include "../common/mesh_cluster.h"
 
 #include <incxdp/topology.h>
 
@@ -29,126 +28,12 @@
 namespace {
 
 using namespace incxdp;
-using incxdp::test::CleanupOnInterrupt;
 using nlohmann::json;
 namespace proc = incxdp::topo::detail;
 using Clock = std::chrono::steady_clock;
 
-// One topology, its daemons and pins, for a whole suite.
-struct Cluster {
-    topo::Topology t;
-    std::string file, tag, prefix, pin_root;
-    std::vector<std::string> hosts;
-    std::map<std::string, pid_t> daemons;
-    std::optional<CleanupOnInterrupt> on_interrupt;
-    std::string error;
-
-    std::string ns(const std::string &n) const { return topo::netns_name(prefix, n); }
-    std::string pin(const std::string &n) const { return pin_root + "/" + n; }
-    std::string log(const std::string &n) const { return "/tmp/" + tag + "-" + n + ".log"; }
-
-    std::vector<std::string> in(const std::string &n, std::vector<std::string> argv) const {
-        argv.insert(argv.begin(), {"nsenter", "--net=/var/run/netns/" + ns(n)});
-        return argv;
-    }
-
-    void start_daemon(const std::string &n, const std::vector<std::string> &extra = {}) {
-        auto argv = in(n, {INCXDP_CLI, "mesh", "run", "--pin-dir", pin(n)});
-        argv.insert(argv.end(), extra.begin(), extra.end());
-        std::string lp = log(n);
-        pid_t pid = fork();
-        if (pid == 0) {
-            int fd = open(lp.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-            if (fd >= 0) {
-                dup2(fd, 1);
-                dup2(fd, 2);
-            }
-            std::vector<char *> args;
-            for (auto &a : argv)
-                args.push_back(const_cast<char *>(a.c_str()));
-            args.push_back(nullptr);
-            execvp(args[0], args.data());
-            _exit(127);
-        }
-        daemons[n] = pid;
-    }
-
-    void stop_daemon(const std::string &n, int sig = SIGTERM) {
-        auto it = daemons.find(n);
-        if (it == daemons.end())
-            return;
-        kill(it->second, sig);
-        for (int i = 0; i < 50 && waitpid(it->second, nullptr, WNOHANG) != it->second; i++)
-            std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        kill(it->second, SIGKILL);
-        waitpid(it->second, nullptr, 0);
-        daemons.erase(it);
-    }
-
-    void bring_up(const std::string &name, const std::string &tag_base) {
-        file = std::string(INCXDP_SOURCE_DIR) + "/topo/topologies/" + name + ".yaml";
-        t = topo::Topology::load_file(file);
-        tag = tag_base + std::to_string(getpid());
-        prefix = tag + "-";
-        pin_root = "/sys/fs/bpf/incxdp-" + tag;
-        for (auto &n : t.nodes)
-            if (n.kind == topo::NodeKind::Host)
-                hosts.push_back(n.name);
-        on_interrupt.emplace([this] { take_down(); });
-        auto r = proc::run({INCXDP_CLI, "topo", "up", file, "--prefix", prefix});
-        if (r.status != 0) {
-            error = "incxdp topo up: " + r.err;
-            return;
-        }
-        for (auto &h : hosts)
-            start_daemon(h);
-        if (!converged(Clock::now() + std::chrono::seconds(30)))
-            error = "the mesh daemons did not converge: " + show(hosts[0]).dump();
-    }
-
-    void take_down() {
-        for (auto &h : hosts)
-            stop_daemon(h);
-        proc::run({INCXDP_CLI, "topo", "down", file, "--prefix", prefix});
-        proc::run({"rm", "-rf", pin_root, "/run/incxdp/mesh" + pin_root});
-        for (auto &h : hosts)
-            unlink(log(h).c_str());
-    }
-
-    json show(const std::string &n) const {
-        auto r = proc::run(in(n, {INCXDP_CLI, "mesh", "show", "-j", "--pin-dir", pin(n)}));
-        try {
-            return r.status == 0 ? json::parse(r.out) : json();
-        } catch (const json::exception &) {
-            return json();
-        }
-    }
-
-    // Every node has a route to every other, as many hops away as BFS says.
-    bool converged(Clock::time_point deadline) const {
-        while (Clock::now() < deadline) {
-            bool all = true;
-            for (auto &h : hosts) {
-                json s = show(h);
-                if (!s.contains("routes") || s["routes"].size() != hosts.size() - 1) {
-                    all = false;
-                    break;
-                }
-            }
-            if (all)
-                return true;
-            std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        }
-        return false;
-    }
-
-    std::string iface_to(const std::string &node, const std::string &peer) const {
-        for (auto &i : t.node(node).ifaces)
-            if (i.peer_node == peer)
-                return i.name;
-        return "";
-    }
-
+// A mesh cluster and runs of the p2p tool between its hosts.
+struct Cluster : incxdp::test::MeshCluster {
     std::vector<std::string> p2p_argv(size_t rank, size_t peer, const std::string &size,
                                       std::vector<std::string> extra = {}) const {
         auto argv = in(hosts[rank], {INCXDP_P2P, "--topo", file, "--rank", std::to_string(rank),
@@ -213,7 +98,6 @@ class MeshP2pNetns : public ::testing::Test {
     static void TearDownTestSuite() {
         for (auto &[n, c] : clusters_) {
             c->take_down();
-            c->on_interrupt.reset();
             delete c;
         }
         clusters_.clear();

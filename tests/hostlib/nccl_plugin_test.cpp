@@ -6,7 +6,7 @@
 // through a pipe, connect/accept polled until non-NULL, grouped tagged
 // receives, sends retried on NULL, test until done, sizes and bytes checked.
 // The namespace tests need root.
-#include "../common/interrupt_cleanup.h"
+#include "../common/mesh_cluster.h"
 #include "nccl_net.h"
 #include "process.h"
 
@@ -35,7 +35,6 @@
 namespace {
 
 using namespace incxdp;
-using incxdp::test::CleanupOnInterrupt;
 using nlohmann::json;
 namespace proc = incxdp::topo::detail;
 using Clock = std::chrono::steady_clock;
@@ -164,108 +163,7 @@ TEST_F(NcclPlugin, HostMemoryOnly) {
     EXPECT_NE(p.v9->test(nullptr, &done, nullptr), ncclSuccess);
 }
 
-// One topology, its daemons and pins (the approach of mesh_netns_test.cpp).
-struct Cluster {
-    topo::Topology t;
-    std::string file, tag, prefix, pin_root;
-    std::vector<std::string> hosts;
-    std::map<std::string, pid_t> daemons;
-    std::optional<CleanupOnInterrupt> on_interrupt;
-    std::string error;
-
-    std::string ns(const std::string &n) const { return topo::netns_name(prefix, n); }
-    std::string pin(const std::string &n) const { return pin_root + "/" + n; }
-    std::string log(const std::string &n) const { return "/tmp/" + tag + "-" + n + ".log"; }
-    std::vector<std::string> in(const std::string &n, std::vector<std::string> argv) const {
-        argv.insert(argv.begin(), {"nsenter", "--net=/var/run/netns/" + ns(n)});
-        return argv;
-    }
-
-    void start_daemon(const std::string &n) {
-        auto argv = in(n, {INCXDP_CLI, "mesh", "run", "--pin-dir", pin(n)});
-        std::string lp = log(n);
-        pid_t pid = fork();
-        if (pid == 0) {
-            int fd = open(lp.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-            if (fd >= 0) {
-                dup2(fd, 1);
-                dup2(fd, 2);
-            }
-            std::vector<char *> args;
-            for (auto &a : argv)
-                args.push_back(const_cast<char *>(a.c_str()));
-            args.push_back(nullptr);
-            execvp(args[0], args.data());
-            _exit(127);
-        }
-        daemons[n] = pid;
-    }
-
-    void stop_daemons() {
-        for (auto &[n, pid] : daemons) {
-            kill(pid, SIGTERM);
-            for (int i = 0; i < 50 && waitpid(pid, nullptr, WNOHANG) != pid; i++)
-                std::this_thread::sleep_for(std::chrono::milliseconds(100));
-            kill(pid, SIGKILL);
-            waitpid(pid, nullptr, 0);
-        }
-        daemons.clear();
-    }
-
-    void bring_up(const std::string &name, const std::string &tag_base) {
-        file = std::string(INCXDP_SOURCE_DIR) + "/topo/topologies/" + name + ".yaml";
-        t = topo::Topology::load_file(file);
-        tag = tag_base + std::to_string(getpid());
-        prefix = tag + "-";
-        pin_root = "/sys/fs/bpf/incxdp-" + tag;
-        for (auto &n : t.nodes)
-            if (n.kind == topo::NodeKind::Host)
-                hosts.push_back(n.name);
-        on_interrupt.emplace([this] { take_down(); });
-        auto r = proc::run({INCXDP_CLI, "topo", "up", file, "--prefix", prefix});
-        if (r.status != 0) {
-            error = "incxdp topo up: " + r.err;
-            return;
-        }
-        // The relay takes the place of the hosts' incxdp_pass on each interface.
-        for (auto &n : t.nodes)
-            for (auto &i : n.ifaces)
-                proc::run({"ip", "-n", ns(n.name), "link", "set", "dev", i.name, "xdp", "off"});
-        for (auto &h : hosts)
-            start_daemon(h);
-        if (!converged(Clock::now() + std::chrono::seconds(30)))
-            error = "the mesh daemons did not converge";
-    }
-
-    void take_down() {
-        stop_daemons();
-        proc::run({INCXDP_CLI, "topo", "down", file, "--prefix", prefix});
-        proc::run({"rm", "-rf", pin_root, "/run/incxdp/mesh" + pin_root});
-        for (auto &h : hosts)
-            unlink(log(h).c_str());
-    }
-
-    // Every node has a route to every other.
-    bool converged(Clock::time_point deadline) const {
-        while (Clock::now() < deadline) {
-            bool all = true;
-            for (auto &h : hosts) {
-                auto r = proc::run(in(h, {INCXDP_CLI, "mesh", "show", "-j", "--pin-dir", pin(h)}));
-                json s;
-                try {
-                    s = r.status == 0 ? json::parse(r.out) : json();
-                } catch (const json::exception &) {
-                }
-                if (!s.contains("routes") || s["routes"].size() != hosts.size() - 1)
-                    all = false;
-            }
-            if (all)
-                return true;
-            std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        }
-        return false;
-    }
-};
+using Cluster = incxdp::test::MeshCluster;
 
 // The traffic: kGroups grouped receives of 2, 3, 4, 3, ... buffers; within
 // a group the sender posts the messages in reverse tag order, so each lands
@@ -542,7 +440,6 @@ class NcclPluginNetns : public NcclPlugin {
     static void TearDownTestSuite() {
         for (auto &[n, c] : clusters_) {
             c->take_down();
-            c->on_interrupt.reset();
             delete c;
         }
         clusters_.clear();

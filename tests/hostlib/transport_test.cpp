@@ -8,6 +8,7 @@
 #include "rx_backlog.h"
 
 #include <incxdp/transport.h>
+#include <incxdp/util/ipv4.h>
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -33,9 +34,7 @@ std::vector<std::byte> bytes(std::initializer_list<int> v) {
 }
 
 uint32_t ip(const char *s) {
-    in_addr a{};
-    inet_pton(AF_INET, s, &a);
-    return a.s_addr;
+    return incxdp::util::ipv4_be_or_throw(s, "test address");
 }
 
 FrameAddrs sample_addrs() {

@@ -4,8 +4,7 @@
 // the hop counts and next hops BFS gives on the YAML's graph (ring4: 2-hop
 // peers both ways; line4: end to end 3 hops), then follow a ring link going
 // down and coming back. Needs root.
-#include "../common/interrupt_cleanup.h"
-#include "process.h"
+#include "../common/mesh_cluster.h"
 
 #include "mesh_graph.h"
 
@@ -28,7 +27,6 @@
 namespace {
 
 using namespace incxdp;
-using incxdp::test::CleanupOnInterrupt;
 using nlohmann::json;
 namespace proc = incxdp::topo::detail;
 using Clock = std::chrono::steady_clock;
@@ -40,116 +38,31 @@ using Expected = std::map<mesh::NodeId, std::pair<uint32_t, std::set<mesh::NodeI
 
 class MeshNetns : public ::testing::Test {
   protected:
-    topo::Topology t_;
-    std::string file_, prefix_, pin_root_, tag_;
-    std::map<std::string, pid_t> daemons_;
+    test::MeshCluster c_;
+    const topo::Topology &t_ = c_.t;
     std::map<std::string, mesh::NodeId> ids_;
-    std::optional<CleanupOnInterrupt> on_interrupt_;
 
     void SetUp() override {
         if (geteuid() != 0)
             GTEST_SKIP() << "needs root: creates network namespaces and attaches XDP";
     }
 
+    // Daemons started; the tests wait for the routes they expect themselves.
     void bring_up(const std::string &name, const std::string &tag) {
-        file_ = kTopoDir + name + ".yaml";
-        t_ = topo::Topology::load_file(file_);
-        tag_ = tag + std::to_string(getpid());
-        prefix_ = tag_ + "-";
-        pin_root_ = "/sys/fs/bpf/incxdp-" + tag_;
-        on_interrupt_.emplace([this] { take_down(); });
-        topo::up(t_, prefix_);
+        c_.bring_up(name, tag, {"--mode", INCXDP_E2E_MODE}, false);
+        ASSERT_EQ(c_.error, "");
         for (const topo::Node &n : t_.nodes) {
             std::vector<uint32_t> addrs;
             for (const topo::Iface &i : n.ifaces)
                 addrs.push_back(mesh::parse_ip(i.ip));
             ids_[n.name] = mesh::node_id(addrs);
         }
-        for (const topo::Node &n : t_.nodes)
-            start_daemon(n.name);
     }
 
-    // Daemons stopped, namespaces, pins and state files gone.
-    void take_down() {
-        for (auto &[node, pid] : daemons_)
-            ::kill(pid, SIGTERM);
-        for (auto &[node, pid] : daemons_) {
-            for (int i = 0; i < 50; i++) {
-                if (::waitpid(pid, nullptr, WNOHANG) == pid) {
-                    pid = 0;
-                    break;
-                }
-                std::this_thread::sleep_for(std::chrono::milliseconds(100));
-            }
-            if (pid) {
-                ::kill(pid, SIGKILL);
-                ::waitpid(pid, nullptr, 0);
-            }
-        }
-        daemons_.clear();
-        topo::down(t_, prefix_);
-        proc::run({"rm", "-rf", pin_root_, "/run/incxdp/mesh" + pin_root_});
-        for (const topo::Node &n : t_.nodes)
-            ::unlink(log_path(n.name).c_str());
-    }
-
-    void TearDown() override {
-        if (geteuid() != 0 || file_.empty())
-            return;
-        try {
-            take_down();
-        } catch (const std::exception &e) {
-            ADD_FAILURE() << "cleanup: " << e.what();
-        }
-        on_interrupt_.reset();
-    }
-
-    std::string ns(const std::string &node) const { return topo::netns_name(prefix_, node); }
-    std::string pin_dir(const std::string &node) const { return pin_root_ + "/" + node; }
-    std::string log_path(const std::string &node) const {
-        return "/tmp/" + tag_ + "-" + node + ".log";
-    }
-
-    void start_daemon(const std::string &node) {
-        const std::vector<std::string> argv = {"nsenter",      "--net=/var/run/netns/" + ns(node),
-                                               INCXDP_CLI,     "mesh",
-                                               "run",          "--pin-dir",
-                                               pin_dir(node),  "--mode",
-                                               INCXDP_E2E_MODE};
-        const std::string log = log_path(node);
-        const pid_t pid = ::fork();
-        ASSERT_GE(pid, 0);
-        if (pid == 0) {
-            const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-            if (fd >= 0) {
-                ::dup2(fd, 1);
-                ::dup2(fd, 2);
-            }
-            std::vector<char *> args;
-            for (const auto &a : argv)
-                args.push_back(const_cast<char *>(a.c_str()));
-            args.push_back(nullptr);
-            ::execvp(args[0], args.data());
-            ::_exit(127);
-        }
-        daemons_[node] = pid;
-    }
-
-    std::string daemon_log(const std::string &node) const {
-        return proc::run({"cat", log_path(node)}).out;
-    }
-
-    json show(const std::string &node) const {
-        const auto r = proc::run({"nsenter", "--net=/var/run/netns/" + ns(node), INCXDP_CLI, "mesh",
-                                  "show", "-j", "--pin-dir", pin_dir(node)});
-        if (r.status != 0)
-            return json();
-        try {
-            return json::parse(r.out);
-        } catch (const json::exception &) {
-            return json();
-        }
-    }
+    std::string ns(const std::string &node) const { return c_.ns(node); }
+    std::string pin_dir(const std::string &node) const { return c_.pin(node); }
+    std::string daemon_log(const std::string &node) const { return c_.daemon_log(node); }
+    json show(const std::string &node) const { return c_.show(node); }
 
     // BFS on the YAML's graph minus `cut` links, from every node.
     std::map<std::string, Expected>

@@ -12,6 +12,7 @@
 #include <incxdp/capture.h>
 #include <incxdp/chaos_ctl.h>
 #include <incxdp/relay_ctl.h>
+#include <incxdp/util/ipv4.h>
 #include <incxdp/xdp_prog_maps.h>
 
 #include <arpa/inet.h>
@@ -59,9 +60,7 @@ std::array<uint8_t, 6> mac(const char *s) {
 }
 
 uint32_t be_ip(const char *s) {
-    in_addr a{};
-    inet_pton(AF_INET, s, &a);
-    return a.s_addr;
+    return incxdp::util::ipv4_be_or_throw(s, "test address");
 }
 
 // Runs fn with the calling thread in /var/run/netns/<ns>: sockets and

@@ -2,6 +2,7 @@
 // Rule compilation without a kernel: a topology's job into the worker table,
 // multicast ports and pool the switch gets; worker specs from the CLI.
 #include <incxdp/ctl.h>
+#include <incxdp/util/ipv4.h>
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -13,9 +14,7 @@ const std::string kStar = std::string(INCXDP_SOURCE_DIR) + "/topo/topologies/sta
 
 uint32_t ip(const char *s)
 {
-    in_addr a{};
-    inet_pton(AF_INET, s, &a);
-    return a.s_addr;
+    return incxdp::util::ipv4_be_or_throw(s, "test address");
 }
 
 TEST(JobFromTopology, StarJobOneMapsEveryHostToItsRankAndPort)

@@ -14,6 +14,7 @@
 #include <incxdp/roce.h>
 #include <incxdp/topology.h>
 #include <incxdp/tree.h>
+#include <incxdp/util/ipv4.h>
 
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
@@ -55,9 +56,7 @@ std::vector<std::string> entries(const std::string &dir) {
 }
 
 uint32_t be_ip(const std::string &s) {
-    in_addr a{};
-    inet_pton(AF_INET, s.c_str(), &a);
-    return a.s_addr;
+    return incxdp::util::ipv4_be_or_throw(s, "test address");
 }
 
 json mac_json(const topo::Mac &m) {

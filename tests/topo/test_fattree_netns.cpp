@@ -10,6 +10,8 @@
 #include <incxdp/fattree_routes.h>
 #include <incxdp/netns.h>
 #include <incxdp/topology.h>
+#include <incxdp/util/fd.h>
+#include <incxdp/util/ipv4.h>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -53,20 +55,7 @@ int socket_in(const std::string &ns, int domain, int type, int protocol) {
     return fd;
 }
 
-class Fd {
-  public:
-    explicit Fd(int fd) : fd_(fd) {}
-    ~Fd() {
-        if (fd_ >= 0)
-            close(fd_);
-    }
-    Fd(const Fd &) = delete;
-    Fd &operator=(const Fd &) = delete;
-    int get() const { return fd_; }
-
-  private:
-    int fd_;
-};
+using incxdp::util::Fd;
 
 void set_timeouts(int fd, int seconds) {
     timeval tv{seconds, 0};
@@ -78,7 +67,7 @@ sockaddr_in addr(const std::string &ip, uint16_t port) {
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
-    inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
+    a.sin_addr.s_addr = incxdp::util::ipv4_be_or_throw(ip, "test address");
     return a;
 }
 
