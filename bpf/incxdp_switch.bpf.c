@@ -18,9 +18,9 @@
 #include "maps.bpf.h"
 #include "decode.h"
 #include "agg.h"
+#include "tree.h"
 #include "roce.h"
-#include "capture.h"
-#include "chaos_xdp.h"
+#include "prologue.h"
 
 /* Set by the loader before load (`incxdp load --native-port`). */
 const volatile __u16 native_port = INCXDP_UDP_PORT;
@@ -113,12 +113,12 @@ static __always_inline int reply_unicast(struct frame *f)
  * fragmented), so it carries the job id across the devmap broadcast; this
  * works in native and generic (skb) mode alike, unlike XDP metadata.
  */
-static __always_inline int multicast_result(struct frame *f, __u32 job)
+static __always_inline int multicast_result(struct frame *f, __u32 job, __u64 flags)
 {
 	long ret;
 
 	f->ip->id = bpf_htons((__u16)job);
-	ret = bpf_redirect_map(&incxdp_ports, 0, BPF_F_BROADCAST);
+	ret = bpf_redirect_map(&incxdp_ports, 0, BPF_F_BROADCAST | flags);
 	if (ret != XDP_REDIRECT) {
 		stat_inc(INCXDP_STAT_REDIRECT_FAIL);
 		return XDP_DROP;
@@ -127,23 +127,30 @@ static __always_inline int multicast_result(struct frame *f, __u32 job)
 }
 
 /*
- * What incxdp_agg needs of a contribution. A global function only gets
- * scalars and plain memory, so the packet pointers travel as offsets.
+ * What incxdp_agg needs of a contribution or of a parent's result. A global
+ * function only gets scalars and plain memory, so the packet pointers
+ * travel as offsets.
  */
 struct agg_req {
 	struct contrib k; /* hdr and payload: NULL, see the offsets */
 	__u32 slot;       /* key in incxdp_slots */
-	__u32 nworkers;
+	__u32 expected;   /* contributions the set waits for */
+	__u32 bit;        /* the sender's bit in the slot bitmap */
+	__u32 root;       /* a complete set holds the final result */
+	__u32 done_flags; /* what a set completing here takes (agg_apply) */
 	__u32 hdr_off;    /* k.hdr - ctx->data */
 	__u32 payload_off;
+	__u16 up_rank;    /* below the root: the header of our partial */
+	__u16 up_nworkers;
 };
 
 /*
- * agg_apply under the slot's lock, and for a result its values and header
- * written into the frame. Global, so the verifier walks the element loops
- * once instead of once per path of aggregate() that reaches them (~900k
- * instructions walked inline: nearly the whole 1M budget the program shares
- * with the RoCE path). Returns the enum agg_outcome, or -1.
+ * agg_apply (or agg_take_result for a parent's RESULT) under the slot's
+ * lock, and for a frame leaving with the set's values those values and
+ * its header written into the frame. Global, so the verifier walks the
+ * element loops once instead of once per path of aggregate() that reaches
+ * them (~900k instructions walked inline: nearly the whole 1M budget the
+ * program shares with the RoCE path). Returns the enum agg_outcome, or -1.
  */
 __attribute__((noinline)) int incxdp_agg(struct xdp_md *ctx, struct agg_req *q)
 {
@@ -168,53 +175,93 @@ __attribute__((noinline)) int incxdp_agg(struct xdp_md *ctx, struct agg_req *q)
 	slot = bpf_map_lookup_elem(&incxdp_slots, &key);
 	if (!slot)
 		return -1;
-	out = agg_apply(slot, &k, q->nworkers, end, &exp0, &exp1);
-	if (out == AGG_RETX_RESULT || out == AGG_COMPLETED) {
+	/* The parent's result: forwarded as it came, values only stored. */
+	if (k.msg == INCXDP_MSG_RESULT)
+		return agg_take_result(slot, &k, end);
+	out = agg_apply(slot, &k, q->expected, q->bit, q->root, q->done_flags, end, &exp0, &exp1);
+	if (out == AGG_RETX_RESULT || (out == AGG_COMPLETED && q->root)) {
 		agg_store_result(slot->vals[k.set & 1], &k, end);
 		encode_result_hdr(&k, exp0, exp1, end);
+	} else if (out == AGG_RETX_UP || out == AGG_COMPLETED) {
+		agg_store_result(slot->vals[k.set & 1], &k, end);
+		tree_encode_partial(&k, exp0, q->up_rank, q->up_nworkers, end);
 	}
 	return out;
+}
+
+/* The checks every frame of a job passes before it touches a slot: the
+ * header agrees with the job, the slot is in the job's pool. */
+static __always_inline int job_admits(const struct incxdp_job *job, const struct contrib *k)
+{
+	if (!job || !job->active || (k->nworkers && k->nworkers != job->nworkers)) {
+		stat_inc(INCXDP_STAT_BAD_JOB);
+		return 0;
+	}
+	if (k->slot >= job->pool_size || k->nelems > job->max_elems) {
+		stat_inc(INCXDP_STAT_BAD_SLOT);
+		return 0;
+	}
+	return 1;
 }
 
 static __always_inline int aggregate(struct xdp_md *ctx, struct cursor *c, struct frame *f,
 				     enum l4_kind kind)
 {
+	struct incxdp_parent *parent = NULL;
+	struct incxdp_worker *w = NULL;
+	enum incxdp_stat stat;
 	struct contrib k = {};
 	struct agg_req q = {};
-	struct incxdp_worker *w;
 	struct incxdp_job *job;
 	__u32 idx;
+	int out;
 
 	if ((kind == L4_SWITCHML ? decode_switchml(c, &k) : decode_native(c, &k)) < 0 ||
 	    !lengths_cover(f, &k)) {
 		stat_inc(INCXDP_STAT_MALFORMED);
 		return XDP_DROP;
 	}
-	w = lookup_sender(f);
-	if (!w) {
-		stat_inc(INCXDP_STAT_UNKNOWN_SENDER);
-		return XDP_DROP;
-	}
-	if (w->ifindex != ctx->ingress_ifindex) {
-		stat_inc(INCXDP_STAT_WRONG_PORT);
-		return XDP_DROP;
-	}
-	if (k.wire == INCXDP_WIRE_SWITCHML) {
-		k.job = w->job;
-		k.rank = w->rank;
-	}
-	idx = w->job;
-	job = bpf_map_lookup_elem(&incxdp_jobs, &idx);
-	/* The header's job and rank must be the ones the sender is registered
-	 * with: a worker cannot contribute as another rank or to another job. */
-	if (!job || !job->active || k.job != w->job || k.rank != w->rank ||
-	    k.rank >= job->nworkers || (k.nworkers && k.nworkers != job->nworkers)) {
-		stat_inc(INCXDP_STAT_BAD_JOB);
-		return XDP_DROP;
-	}
-	if (k.slot >= job->pool_size || k.nelems > job->max_elems) {
-		stat_inc(INCXDP_STAT_BAD_SLOT);
-		return XDP_DROP;
+	if (k.msg == INCXDP_MSG_RESULT) {
+		/* Down a tree: only from this job's parent. */
+		parent = tree_parent(k.job);
+		if (!tree_from_parent(parent, ctx->ingress_ifindex, f->eth, f->ip)) {
+			stat_inc(INCXDP_STAT_NOT_PARENT);
+			return XDP_DROP;
+		}
+		idx = k.job;
+		job = bpf_map_lookup_elem(&incxdp_jobs, &idx);
+		if (!job_admits(job, &k))
+			return XDP_DROP;
+	} else {
+		w = lookup_sender(f);
+		if (!w) {
+			stat_inc(INCXDP_STAT_UNKNOWN_SENDER);
+			return XDP_DROP;
+		}
+		if (w->ifindex != ctx->ingress_ifindex) {
+			stat_inc(INCXDP_STAT_WRONG_PORT);
+			return XDP_DROP;
+		}
+		if (k.wire == INCXDP_WIRE_SWITCHML) {
+			k.job = w->job;
+			k.rank = w->rank;
+		}
+		idx = w->job;
+		job = bpf_map_lookup_elem(&incxdp_jobs, &idx);
+		/* The header's job and rank must be the ones the sender is
+		 * registered with: a worker cannot contribute as another rank
+		 * or to another job. */
+		if (job && (k.job != w->job || k.rank != w->rank || k.rank >= job->nworkers)) {
+			stat_inc(INCXDP_STAT_BAD_JOB);
+			return XDP_DROP;
+		}
+		if (!job_admits(job, &k))
+			return XDP_DROP;
+		/* Trees are native only: SwitchML stays a one-switch star. */
+		if (k.wire == INCXDP_WIRE_NATIVE)
+			parent = tree_parent(k.job);
+		q.bit = tree_bit(job, w);
+		q.expected = tree_expected(job);
 	}
 	idx = job->pool_base + k.slot;
 	if (!bpf_map_lookup_elem(&incxdp_slots, &idx)) {
@@ -226,32 +273,37 @@ static __always_inline int aggregate(struct xdp_md *ctx, struct cursor *c, struc
 	q.k.hdr = NULL;
 	q.k.payload = NULL;
 	q.slot = idx;
-	q.nworkers = job->nworkers;
+	q.root = !parent;
+	q.done_flags = !parent && job->fanin ? INCXDP_SET_RESULT : 0;
+	if (parent)
+		q.up_rank = parent->rank;
+	q.up_nworkers = job->nworkers;
 	/* Where classify() and the decoder found them: option-less IPv4. */
 	q.hdr_off = sizeof(struct ethhdr) + sizeof(struct iphdr) + sizeof(struct udphdr);
 	q.payload_off = q.hdr_off +
 			(k.wire == INCXDP_WIRE_SWITCHML ? SWITCHML_HDR_LEN : INCXDP_HDR_LEN);
-	switch (incxdp_agg(ctx, &q)) {
-	case AGG_CONSUMED:
-		stat_inc(INCXDP_STAT_CONSUMED);
-		return XDP_DROP;
-	case AGG_RETX_PENDING:
-		stat_inc(INCXDP_STAT_RETX_DROP);
-		return XDP_DROP;
-	case AGG_STALE:
-		stat_inc(INCXDP_STAT_STALE);
-		return XDP_DROP;
-	case AGG_MISMATCH:
-		stat_inc(INCXDP_STAT_MISMATCH);
-		return XDP_DROP;
-	case AGG_RETX_RESULT:
-		stat_inc(INCXDP_STAT_RETX_UNICAST);
+	out = incxdp_agg(ctx, &q);
+	switch (tree_decide(out, !parent, &stat)) {
+	case TREE_DOWN:
+		stat_inc(stat);
+		/* A result from the parent goes to every child but the parent. */
+		return multicast_result(f, k.job, w ? 0 : BPF_F_EXCLUDE_INGRESS);
+	case TREE_UP:
+		if (!parent)
+			break;
+		stat_inc(stat);
+		return tree_send_up(f->eth, f->ip, f->udp, parent);
+	case TREE_UNICAST:
+		if (!w)
+			break;
+		stat_inc(stat);
+		f->udp->source = tree_child_port(w, k.job, f->udp->source);
 		return reply_unicast(f);
-	case AGG_COMPLETED:
-		stat_inc(INCXDP_STAT_COMPLETED);
-		return multicast_result(f, w->job);
+	case TREE_DROP:
+		stat_inc(stat);
+		return XDP_DROP;
 	}
-	stat_inc(INCXDP_STAT_BAD_SLOT); /* the slot vanished: cannot happen (array) */
+	stat_inc(INCXDP_STAT_BAD_SLOT); /* cannot happen: see tree_decide */
 	return XDP_DROP;
 }
 
@@ -263,22 +315,16 @@ int incxdp_ingress(struct xdp_md *ctx)
 	struct cursor c;
 	struct frame f = {};
 	enum l4_kind kind;
+	int v, pulled;
 	__u64 len;
-	int v;
 
-	/* One helper call for every use below (it is not inlined). */
-	len = bpf_xdp_get_buff_len(ctx);
-	/* Before anything reads the frame: what arrives in pieces is then
-	 * processed whole (the fault injector too). */
-	if (frame_has_frags(ctx, len) && frame_pull_linear(ctx, len))
+	v = frame_prologue(ctx, &len, &pulled);
+	if (pulled)
 		stat_inc(INCXDP_STAT_PULLED);
-	/* `incxdp chaos --xdp` first: a frame it loses never arrived. */
-	v = chaos_xdp(ctx);
 	if (v != CHAOS_XDP_CONTINUE) {
 		stat_inc(INCXDP_STAT_CHAOS);
 		return v;
 	}
-	capture_frame(ctx, len); /* `incxdp capture`: what arrives on this port */
 	cursor_init(&c, ctx);
 	f.end = c.end;
 	kind = classify(&c, &f);

@@ -28,8 +28,7 @@
 
 #include "incxdp/xsk.h"
 #include "parse.h"
-#include "capture.h"
-#include "chaos_xdp.h"
+#include "prologue.h"
 
 #define LOOPBACK_IFINDEX 1
 /*
@@ -154,18 +153,16 @@ static __always_inline int xsk_send(struct xdp_md *ctx)
 SEC("xdp")
 int incxdp_xsk(struct xdp_md *ctx)
 {
+	int v, pulled;
 	__u64 len;
-	int v;
 
 	if (ctx->ingress_ifindex == LOOPBACK_IFINDEX)
 		return xsk_send(ctx);
-	len = bpf_xdp_get_buff_len(ctx);
-	if (frame_has_frags(ctx, len) && frame_pull_linear(ctx, len))
+	v = frame_prologue(ctx, &len, &pulled);
+	if (pulled)
 		count(INCXDP_XSK_PULLED, 0);
-	v = chaos_xdp(ctx); /* `incxdp chaos --xdp` on what the link delivers */
 	if (v != CHAOS_XDP_CONTINUE)
 		return v;
-	capture_frame(ctx, len); /* what arrives from the link: `incxdp capture` */
 	return xsk_steer(ctx);
 }
 

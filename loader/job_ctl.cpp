@@ -7,6 +7,7 @@
 #include "port_util.h"
 
 #include <incxdp/rules_ctl.h>
+#include <incxdp/util/ipv4.h>
 
 #include <bpf/bpf.h>
 #include <fmt/format.h>
@@ -23,19 +24,14 @@ namespace incxdp::ctl {
 
 namespace {
 
-std::string ip_to_string(uint32_t be_ip)
-{
-    char buf[INET_ADDRSTRLEN] = {};
-    inet_ntop(AF_INET, &be_ip, buf, sizeof(buf));
-    return buf;
-}
+using util::format_ipv4_be;
 
+// Network order, as the engine's maps hold addresses.
 uint32_t parse_ip(const std::string &s, const std::string &what)
 {
-    in_addr a{};
-    if (inet_pton(AF_INET, s.c_str(), &a) != 1)
-        throw CtlError(fmt::format("{}: '{}' is not an IPv4 address", what, s));
-    return a.s_addr;
+    if (const auto be = util::parse_ipv4_be(s))
+        return *be;
+    throw CtlError(fmt::format("{}: '{}' is not an IPv4 address", what, s));
 }
 
 incxdp_worker_key worker_key(const WorkerSpec &w)
@@ -95,7 +91,7 @@ void validate(const JobSpec &job)
         rank_seen[w.rank] = true;
         if (!addrs.insert({w.mac, w.ip, w.port}).second)
             throw CtlError(fmt::format("job {}: two ranks share the address {}/{}:{}", job.id,
-                                       topo::mac_to_string(w.mac), ip_to_string(w.ip), w.port));
+                                       topo::mac_to_string(w.mac), format_ipv4_be(w.ip), w.port));
     }
     if (job.slots == 0 || job.slots > INCXDP_SLOT_INDEX_MASK + 1)
         throw CtlError(fmt::format("job {}: slots {} out of range (1..{})", job.id, job.slots,
@@ -194,7 +190,7 @@ void job_add(const JobSpec &job, const std::string &pin_dir)
         incxdp_worker other{};
         if (bpf_map_lookup_elem(m.workers.get(), &k, &other) == 0)
             throw CtlError(fmt::format("job {}: worker {}/{}:{} already belongs to job {} as rank {}", job.id,
-                                       topo::mac_to_string(w.mac), ip_to_string(w.ip), w.port, other.job,
+                                       topo::mac_to_string(w.mac), format_ipv4_be(w.ip), w.port, other.job,
                                        other.rank));
     }
     uint32_t base = allocate_pool(m, job.slots);
@@ -272,7 +268,7 @@ std::vector<JobInfo> job_list(const std::string &pin_dir)
         info.pool_base = j.pool_base;
         info.pool_size = j.pool_size;
         info.max_elems = j.max_elems;
-        info.switch_addr = ip_to_string(j.switch_ip);
+        info.switch_addr = format_ipv4_be(j.switch_ip);
         info.workers = workers[id];
         std::sort(info.workers.begin(), info.workers.end(),
                   [](const WorkerSpec &a, const WorkerSpec &b) { return a.rank < b.rank; });
@@ -315,6 +311,13 @@ void job_del(uint32_t id, const std::string &pin_dir)
             bpf_map_delete_elem(m.egress.get(), &k);
     if (j.kind == INCXDP_JOB_ROCE_TREE)
         rules::delete_conns(id, pin_dir);
+    // A native tree job's link to its parent switch (absent in engines
+    // loaded before trees existed).
+    if (int pfd = bpf_obj_get(map_pin_path(pin_dir, INCXDP_MAP_PARENTS).c_str()); pfd >= 0) {
+        Fd parents(pfd);
+        incxdp_parent none_parent{};
+        bpf_map_update_elem(parents.get(), &id, &none_parent, BPF_ANY);
+    }
     zero_slots(m, j.pool_base, j.pool_size);
 }
 

@@ -59,7 +59,8 @@ std::vector<uint32_t> loaded_ports(int ports_fd)
 void remove_pins(const std::string &dir)
 {
     for (const char *name : {INCXDP_MAP_SLOTS, INCXDP_MAP_JOBS, INCXDP_MAP_WORKERS, INCXDP_MAP_EGRESS,
-                             INCXDP_MAP_PORTS, INCXDP_MAP_STATS, INCXDP_MAP_INFO, INCXDP_MAP_ROCE_CONNS})
+                             INCXDP_MAP_PORTS, INCXDP_MAP_STATS, INCXDP_MAP_INFO, INCXDP_MAP_ROCE_CONNS,
+                             INCXDP_MAP_PARENTS})
         ::unlink(map_pin_path(dir, name).c_str());
     ::rmdir(dir.c_str());
 }
@@ -98,8 +99,7 @@ void load(const LoadOptions &opts)
     }
     if (slots == 0 || slots > (1u << 20))
         throw CtlError(fmt::format("--slots {} out of range (1..{})", slots, 1u << 20));
-    if (::mkdir(opts.pin_dir.c_str(), 0700) != 0 && errno != EEXIST)
-        throw CtlError(errno_msg("cannot create pin directory " + opts.pin_dir, errno));
+    make_pin_dirs(opts.pin_dir);
 
     Rollback rollback;
     if (fresh)

@@ -25,6 +25,9 @@ enum agg_outcome {
 	AGG_RETX_PENDING, /* retransmission to an incomplete set */
 	AGG_STALE,        /* retransmission naming another chunk than the set's */
 	AGG_MISMATCH,     /* new contribution disagreeing with the set in progress */
+	AGG_RETX_UP,      /* retransmission to a set complete here, its result not yet down */
+	AGG_RESULT_TAKEN, /* the parent's result stored into the set (agg_take_result) */
+	AGG_RESULT_STALE, /* the parent's result names another use of the set */
 };
 
 /*
@@ -104,29 +107,38 @@ static __always_inline int set_matches(const struct incxdp_slot_set *s, const st
 }
 
 /*
- * Applies one contribution from `rank` of a job with `nworkers` workers.
- * On AGG_COMPLETED and AGG_RETX_RESULT, exp0 and exp1 hold the set's exponents
- * and the caller copies the values out with agg_store_result().
+ * Applies one contribution carrying bitmap bit `bit` (< INCXDP_MAX_WORKERS) to
+ * a set expecting `expected` contributions. `root`: a complete set holds the
+ * final result (a star, a tree's root); below a tree's root it does once the
+ * parent's result is in (INCXDP_SET_RESULT, agg_take_result), and until then
+ * a retransmission to the complete set is AGG_RETX_UP. A set completing here
+ * takes `done_flags` (a tree's root marks its result; a one-switch star
+ * leaves its slots as they always were). On AGG_COMPLETED, AGG_RETX_RESULT
+ * and AGG_RETX_UP, exp0 and exp1 hold the set's exponents and the caller
+ * copies the values out with agg_store_result().
  */
 static __always_inline enum agg_outcome agg_apply(struct incxdp_slot *slot, struct contrib *k,
-						  __u32 nworkers, void *end, __s8 *exp0,
+						  __u32 expected, __u32 bit, __u32 root,
+						  __u16 done_flags, void *end, __s8 *exp0,
 						  __s8 *exp1)
 {
 	__u32 set = k->set & 1;
 	struct incxdp_slot_set *cur = &slot->set[set];
 	struct incxdp_slot_set *other = &slot->set[set ^ 1];
 	__s32 *vals = slot->vals[set];
-	__u32 bit = 1u << (k->rank & (INCXDP_MAX_WORKERS - 1));
+	__u32 mask = 1u << (bit & (INCXDP_MAX_WORKERS - 1));
 	enum agg_outcome out;
 
 	bpf_spin_lock(&slot->lock);
-	if (cur->bitmap & bit) {
+	if (cur->bitmap & mask) {
 		if (cur->remaining)
 			out = AGG_RETX_PENDING;
 		else if (!set_matches(cur, k))
 			out = AGG_STALE;
-		else
+		else if (root || (cur->flags & INCXDP_SET_RESULT))
 			out = AGG_RETX_RESULT;
+		else
+			out = AGG_RETX_UP;
 	} else if (cur->remaining == 0) {
 		/* First contribution of a new round in this set: it writes. */
 		cur->round = k->round;
@@ -136,16 +148,17 @@ static __always_inline enum agg_outcome agg_apply(struct incxdp_slot *slot, stru
 		cur->nelems = k->nelems;
 		cur->exp0 = k->exp0;
 		cur->exp1 = k->exp1;
-		cur->bitmap |= bit;
-		other->bitmap &= ~bit;
+		cur->flags = 0;
+		cur->bitmap |= mask;
+		other->bitmap &= ~mask;
 		agg_write(vals, k, end);
-		cur->remaining = nworkers - 1;
+		cur->remaining = expected - 1;
 		out = cur->remaining ? AGG_CONSUMED : AGG_COMPLETED;
 	} else if (!set_matches(cur, k)) {
 		out = AGG_MISMATCH;
 	} else {
-		cur->bitmap |= bit;
-		other->bitmap &= ~bit;
+		cur->bitmap |= mask;
+		other->bitmap &= ~mask;
 		agg_combine(vals, k, end);
 		if (k->exp0 > cur->exp0)
 			cur->exp0 = k->exp0;
@@ -154,10 +167,36 @@ static __always_inline enum agg_outcome agg_apply(struct incxdp_slot *slot, stru
 		cur->remaining -= 1;
 		out = cur->remaining ? AGG_CONSUMED : AGG_COMPLETED;
 	}
-	if (out == AGG_COMPLETED)
+	if (out == AGG_COMPLETED) {
 		cur->rounds += 1;
+		cur->flags |= done_flags;
+	}
 	*exp0 = cur->exp0;
 	*exp1 = cur->exp1;
+	bpf_spin_unlock(&slot->lock);
+	return out;
+}
+
+/*
+ * The parent switch's result for a set this switch completed: the values
+ * replace the set's aggregate, which then holds the final result (answered
+ * to retransmissions). Another tag, or a set not complete here, is stale.
+ */
+static __always_inline enum agg_outcome agg_take_result(struct incxdp_slot *slot,
+							struct contrib *k, void *end)
+{
+	struct incxdp_slot_set *cur = &slot->set[k->set & 1];
+	__s32 *vals = slot->vals[k->set & 1];
+	enum agg_outcome out = AGG_RESULT_STALE;
+
+	bpf_spin_lock(&slot->lock);
+	if (cur->bitmap && !cur->remaining && set_matches(cur, k)) {
+		cur->exp0 = k->exp0;
+		cur->exp1 = k->exp1;
+		cur->flags |= INCXDP_SET_RESULT;
+		agg_write(vals, k, end);
+		out = AGG_RESULT_TAKEN;
+	}
 	bpf_spin_unlock(&slot->lock);
 	return out;
 }

@@ -26,6 +26,7 @@ struct contrib {
 	__u8 wire;       /* enum incxdp_wire */
 	__s8 exp0;
 	__s8 exp1;
+	__u8 msg;        /* enum incxdp_msg (native); DATA for SwitchML */
 };
 
 #endif

@@ -36,6 +36,7 @@ static __always_inline int decode_switchml(struct cursor *c, struct contrib *k)
 		return -1;
 	k->hdr = h;
 	k->wire = INCXDP_WIRE_SWITCHML;
+	k->msg = INCXDP_MSG_DATA;
 	k->nelems = SWITCHML_ELEMS(switchml_size(h));
 	k->slot = pool & SWITCHML_POOL_INDEX_MASK;
 	k->set = !!(pool & SWITCHML_POOL_SET_BIT);
@@ -57,8 +58,9 @@ static __always_inline int decode_native(struct cursor *c, struct contrib *k)
 
 	if (!h)
 		return -1;
+	/* RESULT: a parent switch's result coming down a tree (tree.h). */
 	if (h->magic != INCXDP_MAGIC || incxdp_hdr_version(h) != INCXDP_VERSION ||
-	    incxdp_hdr_type(h) != INCXDP_MSG_DATA)
+	    incxdp_hdr_type(h) > INCXDP_MSG_RESULT)
 		return -1;
 	if (h->op >= INCXDP_OP_COUNT || h->dtype >= INCXDP_DTYPE_COUNT)
 		return -1;
@@ -70,6 +72,7 @@ static __always_inline int decode_native(struct cursor *c, struct contrib *k)
 		return -1;
 	k->hdr = h;
 	k->wire = INCXDP_WIRE_NATIVE;
+	k->msg = incxdp_hdr_type(h);
 	k->slot = slot & INCXDP_SLOT_INDEX_MASK;
 	k->set = !!(slot & INCXDP_SLOT_SET_BIT);
 	k->op = h->op;

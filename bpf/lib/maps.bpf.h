@@ -53,6 +53,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } incxdp_roce_conns SEC(".maps");
 
+/* STAR jobs' parent switch (native UDP trees), by job id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, INCXDP_MAX_JOBS);
+	__type(key, __u32);
+	__type(value, struct incxdp_parent);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} incxdp_parents SEC(".maps");
+
 /* Every port the engine is loaded on, with incxdp_egress_rewrite as its
  * egress program: the target of the multicast broadcast. */
 struct {

@@ -44,22 +44,53 @@ struct RunResult {
     Bytes out;
 };
 
+// The switch object loaded with private, unpinned maps (a test must not
+// touch a running engine) and `slots` slot entries; nullptr after a failed
+// ASSERT. As `incxdp load` in driver mode: frames above one buffer come in
+// fragments.
+inline void open_private_switch(incxdp_switch *&skel, uint32_t slots = 64)
+{
+    skel = incxdp_switch__open();
+    ASSERT_NE(skel, nullptr) << "open incxdp_switch: " << strerror(errno);
+    bpf_map *m;
+    bpf_object__for_each_map(m, skel->obj) bpf_map__set_pin_path(m, nullptr);
+    bpf_map__set_max_entries(skel->maps.incxdp_slots, slots);
+    ASSERT_EQ(set_xdp_frags({skel->progs.incxdp_ingress, skel->progs.incxdp_egress_rewrite}, true), 0);
+    ASSERT_EQ(incxdp_switch__load(skel), 0) << "load incxdp_switch: " << strerror(errno);
+}
+
+// One frame through the ingress program. With `linear`, only the first
+// `linear` bytes are in the buffer's linear part and the rest in fragments
+// (a NIC's small receive buffers); with `ingress_ifindex`, the frame
+// arrives on that device (else on loopback).
+inline RunResult run_ingress(int prog_fd, const Bytes &frame, size_t linear = 0, uint32_t ingress_ifindex = 0)
+{
+    RunResult r;
+    r.out.resize(frame.size() + 256);
+    xdp_md ctx{};
+    ctx.data_end = static_cast<__u32>(linear ? linear : frame.size());
+    ctx.ingress_ifindex = ingress_ifindex;
+    const bool with_ctx = linear || ingress_ifindex;
+    LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(), .data_out = r.out.data(),
+                .data_size_in = static_cast<__u32>(frame.size()),
+                .data_size_out = static_cast<__u32>(r.out.size()), .ctx_in = with_ctx ? &ctx : nullptr,
+                .ctx_size_in = static_cast<__u32>(with_ctx ? sizeof(ctx) : 0), .repeat = 1);
+    int err = bpf_prog_test_run_opts(prog_fd, &opts);
+    EXPECT_EQ(err, 0) << "bpf_prog_test_run_opts: " << strerror(errno);
+    r.verdict = static_cast<int>(opts.retval);
+    r.out.resize(opts.data_size_out);
+    return r;
+}
+
 class EngineTest : public ::testing::Test {
   protected:
     void SetUp() override
     {
         if (geteuid() != 0)
             GTEST_SKIP() << "loading BPF programs needs root";
-        skel_ = incxdp_switch__open();
-        ASSERT_NE(skel_, nullptr) << "open incxdp_switch: " << strerror(errno);
-        // Private, unpinned maps: the test must not touch a running engine.
-        bpf_object *obj = skel_->obj;
-        bpf_map *m;
-        bpf_object__for_each_map(m, obj) bpf_map__set_pin_path(m, nullptr);
-        bpf_map__set_max_entries(skel_->maps.incxdp_slots, 64);
-        // As `incxdp load` in driver mode: frames above one buffer come in fragments.
-        ASSERT_EQ(set_xdp_frags({skel_->progs.incxdp_ingress, skel_->progs.incxdp_egress_rewrite}, true), 0);
-        ASSERT_EQ(incxdp_switch__load(skel_), 0) << "load incxdp_switch: " << strerror(errno);
+        open_private_switch(skel_);
+        if (HasFatalFailure())
+            return;
         prog_fd_ = bpf_program__fd(skel_->progs.incxdp_ingress);
     }
 
@@ -101,24 +132,7 @@ class EngineTest : public ::testing::Test {
 
     // With `linear`, only the first `linear` bytes are in the buffer's
     // linear part and the rest in fragments (a NIC's small receive buffers).
-    RunResult run(const Bytes &frame, size_t linear = 0)
-    {
-        RunResult r;
-        r.out.resize(frame.size() + 256);
-        xdp_md ctx{};
-        ctx.data_end = static_cast<__u32>(linear ? linear : frame.size());
-        LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(), .data_out = r.out.data(),
-                    .data_size_in = static_cast<__u32>(frame.size()),
-                    .data_size_out = static_cast<__u32>(r.out.size()),
-                    .ctx_in = linear ? &ctx : nullptr,
-                    .ctx_size_in = static_cast<__u32>(linear ? sizeof(ctx) : 0),
-                    .repeat = 1);
-        int err = bpf_prog_test_run_opts(prog_fd_, &opts);
-        EXPECT_EQ(err, 0) << "bpf_prog_test_run_opts: " << strerror(errno);
-        r.verdict = static_cast<int>(opts.retval);
-        r.out.resize(opts.data_size_out);
-        return r;
-    }
+    RunResult run(const Bytes &frame, size_t linear = 0) { return run_ingress(prog_fd_, frame, linear); }
 
     incxdp_slot slot(uint32_t window_slot)
     {

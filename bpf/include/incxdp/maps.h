@@ -28,6 +28,7 @@
 #define INCXDP_MAP_STATS "incxdp_stats"
 #define INCXDP_MAP_INFO "incxdp_info"
 #define INCXDP_MAP_ROCE_CONNS "incxdp_roce_conns"
+#define INCXDP_MAP_PARENTS "incxdp_parents"
 
 #define INCXDP_MAX_ROCE_CONNS 4096
 
@@ -60,9 +61,15 @@ struct incxdp_worker_key {
 struct incxdp_worker {
 	__u32 job;
 	__u16 rank;
-	__u16 pad;
+	/* fanin != 0: low 5 bits = the sender's bit in the slot bitmap (< fanin);
+	 * INCXDP_CHILD_SWITCH: the sender is a switch below, whose results go
+	 * to its native port */
+	__u16 child;
 	__u32 ifindex; /* the switch port the worker is reached through */
 };
+
+#define INCXDP_CHILD_SWITCH 0x8000
+#define INCXDP_CHILD_BIT_MASK 0x1f
 
 /* incxdp_jobs (array indexed by job id): what the controller installed. */
 enum incxdp_job_kind {
@@ -82,6 +89,29 @@ struct incxdp_job {
 	 * 0 = this switch is the root of the job's tree. pool_size is a power
 	 * of two there: idx picks slot idx % pool_size, set (idx / pool_size) & 1. */
 	__u32 parent_qpn;
+	/* STAR: contributions this switch waits for (its children: hosts and
+	 * switches below it); 0 = a one-switch star, fan-in = nworkers and the
+	 * slot bitmap bit = rank. nworkers stays the job's total worker count
+	 * (the header's nworkers). */
+	__u32 fanin;
+	__u32 tree_flags; /* reserved 0 */
+};
+
+/* incxdp_parents (array indexed by job id): a STAR job's link to the
+ * switch above this one in its tree (docs/ENGINE.md, trees). */
+struct incxdp_parent {
+	__u32 ifindex;   /* this switch's port towards the parent; 0 = this switch is the job's root */
+	__u8 dst_mac[6]; /* the parent's MAC on that link */
+	__u8 src_mac[6]; /* ours on that link */
+	__be32 dst_ip;   /* the parent's IP on that link (its worker table knows us by src_ip) */
+	__be32 src_ip;
+	__be16 dst_port; /* the parent's native port */
+	/* the UDP source port of our partials: unique per job on this switch
+	 * (the control plane uses 0xC000 | job), since the parent's worker
+	 * table is keyed by (mac, port, ip) across all jobs */
+	__be16 src_port;
+	__u16 rank; /* the header rank of our partials (the parent has it in its worker table) */
+	__u16 pad;
 };
 
 /* incxdp_egress: per-copy rewrite of a multicast result. Key: job and the
@@ -242,7 +272,15 @@ struct incxdp_slot {
 	X(ROCE_LATE_ACK, roce_late_ack, "ACK from a peer owed an ACK of its SENDs: the ACK sent") \
 	X(CHAOS, chaos, "taken by `incxdp chaos --xdp`: lost, detoured or reflected (docs/CHAOS.md)") \
 	X(TOO_LONG, too_long, "ours by port, but larger than one XDP buffer: dropped") \
-	X(ROCE_BAD_CSUM, roce_bad_csum, "nonzero UDP checksum that does not add up: dropped")
+	X(ROCE_BAD_CSUM, roce_bad_csum, "nonzero UDP checksum that does not add up: dropped") \
+	/* native UDP trees (docs/ENGINE.md, trees) */ \
+	X(UP, up, "completed below the root: aggregate sent to the parent") \
+	X(DOWN, down, "result from the parent: stored and multicast to the children") \
+	X(DUP_UP, dup_up, "retransmission, waiting for the parent: aggregate re-sent up") \
+	X(RESULT_STALE, result_stale, "result from the parent for another chunk/round: dropped") \
+	X(NOT_PARENT, not_parent, "result frame not from this job's parent: dropped") \
+	/* RoCE start handshake, docs/ROCE.md "Consecutive runs" */ \
+	X(ROCE_SYNC, roce_sync, "a host's start handshake: where its connection stands sent (XDP_TX)")
 
 /* Counted besides a verdict, or by the egress program. */
 #define INCXDP_STATS_OTHER(X) \

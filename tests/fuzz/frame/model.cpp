@@ -153,8 +153,9 @@ std::optional<Decoded> Model::decode(const Bytes &f, bool switchml) const {
         if (n < h + d.hdr_len)
             return std::nullopt;
         if (f[h] != INCXDP_MAGIC || f[h + 1] >> 4 != INCXDP_VERSION ||
-            (f[h + 1] & 0xf) != INCXDP_MSG_DATA)
+            (f[h + 1] & 0xf) > INCXDP_MSG_RESULT)
             return std::nullopt;
+        d.result = (f[h + 1] & 0xf) == INCXDP_MSG_RESULT;
         d.op = f[h + 2];
         d.dtype = f[h + 3];
         if (d.op >= INCXDP_OP_COUNT || d.dtype >= INCXDP_DTYPE_COUNT)
@@ -259,6 +260,10 @@ Prediction Model::apply(const Bytes &f) {
     auto k = decode(f, switchml);
     if (!k)
         return verdict(INCXDP_STAT_MALFORMED, XDP_DROP);
+    // A RESULT is only taken from a tree job's parent switch; no job here
+    // has one (docs/ENGINE.md "Trees").
+    if (k->result)
+        return verdict(INCXDP_STAT_NOT_PARENT, XDP_DROP);
 
     // 3. Sender, job, slot.
     SenderKey key;

@@ -38,6 +38,7 @@ struct Prediction {
 // Where an aggregation frame's fields are, once decoded.
 struct Decoded {
     bool switchml = false;
+    bool result = false; // native RESULT: a parent switch's, down a tree
     size_t hdr_len = 0;
     uint32_t job = 0, round = 0, chunk = 0;
     uint16_t rank = 0, nworkers = 0, slot = 0, nelems = 0;
