@@ -107,8 +107,12 @@ static __always_inline int roce_imm_ok(__u32 imm, __u32 nelems)
 {
 	__u8 prim = roce_imm_prim(imm);
 
-	if (prim > ROCE_PRIM_BROADCAST || roce_imm_dtype(imm) > ROCE_DTYPE_FLOAT32 || (imm & 0xff))
+	if (prim > ROCE_PRIM_BROADCAST || roce_imm_dtype(imm) > ROCE_DTYPE_FLOAT32)
 		return 0;
+	/* The reserved byte marks only the start check, an AllReduce Barrier. */
+	if (imm & 0xff)
+		return (imm & 0xff) == ROCE_IMM_START && prim == ROCE_PRIM_ALLREDUCE &&
+		       roce_imm_op(imm) == ROCE_OPR_BARRIER && !nelems;
 	/* A Barrier carries nothing; Broadcast ignores op. */
 	return prim == ROCE_PRIM_BROADCAST || roce_imm_op(imm) != ROCE_OPR_BARRIER || !nelems;
 }
@@ -407,6 +411,27 @@ static __always_inline void roce_peer_nak(struct xdp_md *ctx, struct incxdp_roce
 }
 
 /*
+ * The start handshake (docs/ROCE.md "Consecutive runs"): a new host process
+ * asks where its connection stands. The answer names the PSN we expect next
+ * from it and the PSN of our next result to it, both from the same index
+ * (everything before it is the previous run's). What the previous run left
+ * on the connection that would act on the new one goes: a NAK still out, a
+ * resend in progress, an ACK owed for SENDs of the old process.
+ */
+static __always_inline void roce_sync(struct incxdp_roce_conn *conn, struct roce_plan *pl)
+{
+	if (conn->role != INCXDP_ROCE_CHILD) {
+		plan_drop(pl, INCXDP_STAT_ROCE_PEER_ACK);
+		return;
+	}
+	conn->nak_sent = 0;
+	conn->peer_resend = 0;
+	conn->acked_up = roce_ack_upto(conn);
+	plan_ack(pl, INCXDP_STAT_ROCE_SYNC, ROCE_AETH_SYNC_ANS, conn->epsn,
+		 conn->tx_base + roce_taken(conn));
+}
+
+/*
  * Builds and sends what the plan says. The counter is the plan's; a frame
  * that cannot be built or redirected also counts redirect_fail.
  */
@@ -483,6 +508,10 @@ static __always_inline int roce_ingress(struct xdp_md *ctx, struct cursor *c,
 	if (!roce_job_ok(job) ||
 	    (conn->role == INCXDP_ROCE_CHILD && conn->child >= job->nworkers))
 		return roce_drop(INCXDP_STAT_BAD_JOB);
+	if (r.opcode == ROCE_OP_ACK && (r.word & ROCE_AETH_SYNDROME_MASK) == ROCE_AETH_SYNC_REQ) {
+		roce_sync(conn, &pl);
+		return roce_finish(ctx, &pl, conn, job);
+	}
 	if (r.opcode == ROCE_OP_ACK && (r.word & 0xe0000000u) != ROCE_AETH_NAK_GROUP) {
 		if (!roce_peer_ack(conn, r.psn)) {
 			if (!roce_owed_ack(conn))

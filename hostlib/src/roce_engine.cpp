@@ -26,6 +26,26 @@ constexpr uint32_t kImmKindMask = 0x0000ff00u | (3u << 14) | (3u << 12);
 // AETH syndrome classes (IBA 9.7.5.1.5): top three bits.
 constexpr uint32_t kAethClassMask = 0xe0u;
 constexpr uint32_t kAethClassAck = 0x00u;
+// The start handshake's request goes again after each timeout (doubling),
+// this many times in all. A leaf that never answers it (a switch without
+// the handshake: the reference pcap switch) is taken to start every run at
+// the topology's bases, as incxdp's switches did before it.
+constexpr uint32_t kSyncTries = 6;
+
+// The start check (docs/ROCE.md "Consecutive runs"): one payload-less
+// Barrier whose ImmDt carries ROCE_IMM_START, which no data collective has.
+class StartCheck final : public RocePackets {
+  public:
+    uint64_t count() const override { return 1; }
+    uint32_t build(uint64_t, std::span<std::byte>, uint32_t &imm) override {
+        imm = roce_imm_make(ROCE_IMM_ALL_RANKS, ROCE_PRIM_ALLREDUCE, ROCE_OPR_BARRIER,
+                            ROCE_DTYPE_INT32) |
+              ROCE_IMM_START;
+        return 0;
+    }
+    uint32_t result_elems(uint64_t) const override { return 0; }
+    void consume(uint64_t, std::span<const std::byte>) override {}
+};
 
 uint32_t parse_ip(const std::string &ip, const char *what) {
     in_addr a{};
@@ -78,6 +98,8 @@ void RoceEngine::run(RocePackets &call, const char *what, CommStats &stats) {
     uint64_t count = call.count();
     if (count == 0)
         return;
+    if (!started_)
+        start();
     call_ = &call;
     stats_ = &stats;
     what_ = what;
@@ -253,8 +275,11 @@ void RoceEngine::on_result(const RoceFrameView &v, Clock::time_point now) {
         return;
     }
     uint64_t k = idx - first_;
+    // The start check's result must carry its ImmDt whole: a set that an
+    // earlier run left at this index has another (a stopped run's result).
+    uint32_t echo = (e.imm & 0xff) ? 0xffffffffu : kImmKindMask;
     if (v.payload.size() != 4 * size_t(call_->result_elems(k)) ||
-        (v.imm && ((*v.imm ^ e.imm) & kImmKindMask) != 0)) {
+        (v.imm && ((*v.imm ^ e.imm) & echo) != 0) || (!v.imm && echo != kImmKindMask)) {
         ++stats_->malformed;
         return;
     }
@@ -516,6 +541,83 @@ void RoceEngine::cut_in_flight(uint64_t lost) {
     ++stats_->window_cuts;
 }
 
+// A new process continues the job's sequence where the switches stand
+// (docs/ROCE.md "Consecutive runs"): the leaf names the index it expects
+// next on our connection, and after a run that ended every rank stands at
+// the same one. The start check, a Barrier at that index with an ImmDt no
+// data collective has, completes only if every rank sent it there and no
+// set on its way holds what a run stopped in the middle left; otherwise no
+// rank gets past it, and each times out saying why.
+void RoceEngine::start() {
+    started_ = true;
+    if (!cfg_.roce.start_handshake)
+        return;
+    std::optional<uint64_t> at = ask_where_we_stand();
+    if (!at)
+        return; // a switch without the handshake: the topology's bases
+    base_ = next_ = tx_ = recover_ = *at;
+    StartCheck check;
+    CommStats scratch; // the caller's statistics are its collectives'
+    checking_ = true;
+    run(check, "start check", scratch);
+    checking_ = false;
+}
+
+// The handshake's request: an ACK whose syndrome is ROCE_AETH_SYNC_REQ,
+// again after each timeout. Returns the index the leaf expects next, or
+// nothing if it never answered.
+std::optional<uint64_t> RoceEngine::ask_where_we_stand() {
+    std::array<std::byte, ROCE_ACK_FRAME> req;
+    size_t len = build_roce_frame(req, tmpl_.endpoint(), ROCE_OP_ACK, 0, false, ROCE_AETH_SYNC_REQ,
+                                  std::nullopt, {});
+    roce_put_udp_csum(std::span(req).first(len));
+    std::array<std::span<const std::byte>, 1> span{std::span<const std::byte>(req.data(), len)};
+    Clock::duration rto = cfg_.timeout;
+    for (uint32_t tries = 0; tries < kSyncTries; ++tries) {
+        auto now = Clock::now();
+        auto until = now + rto;
+        bool sent = transport_.send_batch(span) == 1;
+        for (;;) {
+            size_t n = transport_.recv_views(recv_views_, max_frame_ + kRecvSlack);
+            for (size_t i = 0; i < n; ++i)
+                if (std::optional<uint64_t> at = where_we_stand(recv_views_[i]))
+                    return at;
+            throw_if_stopped(cfg_, "start handshake");
+            now = Clock::now();
+            if (now >= until)
+                break;
+            if (n == 0)
+                transport_.wait(std::chrono::duration_cast<std::chrono::nanoseconds>(until - now),
+                                !sent);
+        }
+        rto = std::min<Clock::duration>(2 * rto, cfg_.max_timeout);
+    }
+    return std::nullopt;
+}
+
+// The leaf's answer, if `frame` is it: the PSN it expects next from us
+// (BTH) and the PSN of its next result to us (AETH's low 24 bits) name the
+// same index of the job's sequence. Anything else (a frame of an earlier
+// process, still on its way) is not.
+std::optional<uint64_t> RoceEngine::where_we_stand(std::span<const std::byte> frame) const {
+    RoceFrameView v;
+    if (parse_roce(frame, v, true) != RoceParse::Ok || v.dqpn != cfg_.roce.local_qpn ||
+        v.opcode != ROCE_OP_ACK || (*v.aeth & ROCE_AETH_SYNDROME_MASK) != ROCE_AETH_SYNC_ANS)
+        return std::nullopt;
+    uint32_t down_psn = *v.aeth & ROCE_AETH_MSN_MASK;
+    uint32_t up = (v.psn - cfg_.roce.up_base) & ROCE_PSN_MASK;
+    uint32_t down = (down_psn - cfg_.roce.down_base) & ROCE_PSN_MASK;
+    if (up != down)
+        throw std::runtime_error(fmt::format(
+            "roce: rank {} of job {}: the leaf's connection (QPN {:#x}) expects PSN {:#08x} from "
+            "us, idx {} from our base {:#08x}, but sends its next result at PSN {:#08x}, idx {} "
+            "from our base {:#08x}: the switch's rules come from another topology than this "
+            "rank's",
+            cfg_.rank, cfg_.job, cfg_.roce.remote_qpn, v.psn, up, cfg_.roce.up_base, down_psn, down,
+            cfg_.roce.down_base));
+    return up;
+}
+
 void RoceEngine::fail_timeout(Clock::time_point now, bool retries) const {
     uint64_t idx = base_ < next_ ? base_ : next_;
     uint64_t k = idx - first_;
@@ -533,6 +635,15 @@ void RoceEngine::fail_timeout(Clock::time_point now, bool retries) const {
         what_, cfg_.rank, cfg_.world_size, cfg_.job, why, idx, up_psn(idx), cfg_.roce.remote_qpn,
         uint32_t(cfg_.roce.down_base + idx) & ROCE_PSN_MASK, cfg_.roce.local_qpn, k, end_ - first_,
         idx < next_ ? e.sends : 0, done_, transport_.describe(), cfg_.world_size, cfg_.job);
+    if (checking_)
+        msg = fmt::format(
+            "start check timed out: rank {} of {}, job {}: {}; the ranks do not all stand at idx "
+            "{} of the job's sequence, where this rank's leaf says its connection stands (QPN "
+            "{:#x}, PSN {:#08x}) on {}. A run of job {} stopped in the middle (a rank killed or "
+            "stopped), or not all {} ranks started: run `incxdp rules apply` (or `incxdp job "
+            "reset`), then start every rank again",
+            cfg_.rank, cfg_.world_size, cfg_.job, why, idx, cfg_.roce.remote_qpn, up_psn(idx),
+            transport_.describe(), cfg_.job, cfg_.world_size);
     uint32_t pool = cfg_.roce.pool ? cfg_.roce.pool : window_;
     throw CommTimeout(msg, cfg_.rank, cfg_.job, uint32_t(idx % pool), idx);
 }

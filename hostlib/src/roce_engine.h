@@ -5,7 +5,9 @@
 // the leaf where to go back to (or, when the leaf takes our frames in any
 // order, a resend of the overdue frames only),
 // results matched by their PSN in the switch's stream. Knows nothing about dtypes or
-// primitives: RocePackets fills payloads and takes results.
+// primitives: RocePackets fills payloads and takes results. Before its first call it asks
+// the leaf where the connection stands and checks that every rank stands there too
+// (docs/ROCE.md "Consecutive runs"), so a new process continues the job's sequence.
 #pragma once
 
 #include "roce_frame.h"
@@ -18,6 +20,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -33,7 +36,8 @@ class RoceEngine final : public RoceLink {
     /// results. Throws CommTimeout (naming rank, job and idx).
     void run(RocePackets &call, const char *what, CommStats &stats) override;
 
-    /// Index the next call starts at (packets sent so far on the connection).
+    /// Index the next call starts at (packets sent so far on the connection,
+    /// by this process and, once the first call has started, those before it).
     uint64_t next_idx() const { return next_; }
 
   private:
@@ -71,6 +75,9 @@ class RoceEngine final : public RoceLink {
     void collect_overdue(uint64_t from, uint64_t to, Clock::duration age, Clock::time_point now);
     void on_timer(Clock::time_point now);
     [[noreturn]] void fail_timeout(Clock::time_point now, bool retries) const;
+    void start();
+    std::optional<uint64_t> ask_where_we_stand();
+    std::optional<uint64_t> where_we_stand(std::span<const std::byte> frame) const;
 
     const CommConfig &cfg_;
     Transport &transport_;
@@ -99,6 +106,11 @@ class RoceEngine final : public RoceLink {
     RxBacklog backlog_;
     uint64_t grown_ = 0;   ///< results since in_flight_ last grew
     uint64_t recover_ = 0; ///< next_ at the last cut: losses below it are the same one
+
+    /// The start handshake and check ran (or the leaf did not answer it).
+    bool started_ = false;
+    /// The current call is the start check (its timeout says so).
+    bool checking_ = false;
 
     // The current call.
     RocePackets *call_ = nullptr;

@@ -924,6 +924,102 @@ TEST_F(RoceEngineTest, OtherUdpStillPassesAndJobChecks) {
 // --gtest_also_run_disabled_tests; prints, asserts nothing.
 // The hosts' frames as INC_Emulation sends them (UDP checksum 0: the ICRC is
 // checked) and as hostlib does (the checksum is checked instead).
+// Consecutive runs (docs/ROCE.md "Consecutive runs"): a new host process
+// asks where its connection stands, and the leaf answers with the PSN it
+// expects next and the PSN of its next result, both at the index the
+// previous run ended at; what that run left on the connection (a NAK out)
+// goes. The start check, a Barrier whose ImmDt has ROCE_IMM_START, then
+// completes there, and data follows on fresh sets.
+TEST_F(RoceEngineTest, StartHandshakeAnswersWhereTheConnectionStands) {
+    install(2, true);
+    const uint32_t op = allreduce(ROCE_OPR_SUM);
+    for (uint32_t idx = 0; idx < 6; idx++) {
+        run(from_host(0, idx, op, ramp(16, 1)));
+        ASSERT_EQ(run(from_host(1, idx, op, ramp(16, 2))).verdict, XDP_REDIRECT) << idx;
+    }
+    // The old process left a NAK out (its idx 7 came before 6).
+    ASSERT_EQ(run(from_host(0, 7, op, ramp(16, 1))).stat, INCXDP_STAT_ROCE_NAK);
+    ASSERT_EQ(conn(child_qpn(0)).nak_sent, 1u);
+
+    RoceFields q;
+    q.opcode = ROCE_OP_ACK;
+    q.dqpn = child_qpn(0);
+    q.word = ROCE_AETH_SYNC_REQ;
+    auto a = run(roce_frame(host_ep(0), switch_ep(), q));
+    ASSERT_EQ(a.verdict, XDP_TX);
+    EXPECT_EQ(a.stat, INCXDP_STAT_ROCE_SYNC);
+    expect_sent(a.out, switch_ep(), host_ep(0), kSport0, ROCE_ACK_FRAME);
+    auto o = parse_out(a.out);
+    EXPECT_EQ(o.opcode, ROCE_OP_ACK);
+    EXPECT_EQ(o.dqpn, host_qpn(0));
+    EXPECT_EQ(o.psn, child_rx_base(0) + 6) << "the PSN expected next: idx 6 of the up stream";
+    EXPECT_EQ(o.word, ROCE_AETH_SYNC_ANS | (child_tx_base(0) + 6))
+        << "the next result's PSN: idx 6 of the down stream";
+    EXPECT_EQ(conn(child_qpn(0)).nak_sent, 0u) << "the old process's NAK is forgotten";
+    EXPECT_EQ(conn(child_qpn(0)).epsn, child_rx_base(0) + 6) << "the handshake moves nothing";
+
+    // Both hosts' start check at idx 6, then data at 7 on a fresh set.
+    const uint32_t start = allreduce(ROCE_OPR_BARRIER) | ROCE_IMM_START;
+    EXPECT_EQ(run(from_host(0, 6, start, {})).stat, INCXDP_STAT_ROCE_ABSORBED);
+    auto done = run(from_host(1, 6, start, {}));
+    ASSERT_EQ(done.verdict, XDP_REDIRECT);
+    EXPECT_EQ(done.stat, INCXDP_STAT_ROCE_DOWN);
+    EXPECT_EQ(parse_out(done.out).word, start) << "the result carries the check's ImmDt";
+    EXPECT_EQ(parse_out(done.out).psn, 6u);
+    run(from_host(0, 7, op, ramp(16, 10)));
+    auto data = run(from_host(1, 7, op, ramp(16, 20)));
+    ASSERT_EQ(data.verdict, XDP_REDIRECT);
+    EXPECT_EQ(parse_out(data.out).vals, ramp(16, 30, 2));
+
+    // Only the parent's child answers: the parent connection's peer is a switch.
+    install(2, false);
+    RoceFields p;
+    p.opcode = ROCE_OP_ACK;
+    p.dqpn = kParentConnQpn;
+    p.psn = kParentRxBase;
+    p.word = ROCE_AETH_SYNC_REQ;
+    auto fromp = run(roce_frame(parent_ep(), switch_up_ep(), p));
+    EXPECT_EQ(fromp.verdict, XDP_DROP);
+    EXPECT_EQ(fromp.stat, INCXDP_STAT_ROCE_PEER_ACK);
+}
+
+// A run stopped in the middle: host 1 had sent idx 3 (its leaf took it),
+// host 0 had not. Host 0's new process learns idx 3, host 1's idx 4; host
+// 0's start check at 3 meets host 1's old contribution and is refused
+// (mismatch), host 1's at 4 waits for host 0 forever: no set completes with
+// what the stopped run left, and the hosts time out (docs/ROCE.md).
+TEST_F(RoceEngineTest, StartCheckNeverCompletesWithAStoppedRunsContribution) {
+    install(2, true);
+    const uint32_t op = allreduce(ROCE_OPR_SUM);
+    for (uint32_t idx = 0; idx < 3; idx++) {
+        run(from_host(0, idx, op, ramp(16, 1)));
+        ASSERT_EQ(run(from_host(1, idx, op, ramp(16, 2))).verdict, XDP_REDIRECT) << idx;
+    }
+    ASSERT_EQ(run(from_host(1, 3, op, ramp(16, 2))).stat, INCXDP_STAT_ROCE_ABSORBED);
+    RoceFields q;
+    q.opcode = ROCE_OP_ACK;
+    q.word = ROCE_AETH_SYNC_REQ;
+    uint32_t learnt[2];
+    for (uint16_t h = 0; h < 2; h++) {
+        q.dqpn = child_qpn(h);
+        auto a = run(roce_frame(host_ep(h), switch_ep(), q));
+        ASSERT_EQ(a.stat, INCXDP_STAT_ROCE_SYNC);
+        learnt[h] = (parse_out(a.out).psn - child_rx_base(h)) & ROCE_PSN_MASK;
+    }
+    EXPECT_EQ(learnt[0], 3u);
+    EXPECT_EQ(learnt[1], 4u);
+    const uint32_t start = allreduce(ROCE_OPR_BARRIER) | ROCE_IMM_START;
+    auto c0 = run(from_host(0, 3, start, {}));
+    EXPECT_EQ(c0.verdict, XDP_DROP);
+    EXPECT_EQ(c0.stat, INCXDP_STAT_ROCE_MISMATCH);
+    EXPECT_EQ(run(from_host(1, 4, start, {})).stat, INCXDP_STAT_ROCE_ABSORBED);
+    EXPECT_EQ(slot(3).set[0].remaining, 1u) << "idx 3 still waits: nothing went down";
+    EXPECT_EQ(slot(0).set[1].remaining, 1u) << "idx 4 waits for host 0";
+    // The marker belongs to a payload-less Barrier only.
+    auto bad = run(from_host(1, 5, op | ROCE_IMM_START, ramp(16, 1)));
+    EXPECT_EQ(bad.stat, INCXDP_STAT_ROCE_MALFORMED);
+}
+
 TEST_F(RoceEngineTest, DISABLED_PerPacketCost) {
     constexpr uint32_t kN = 4000;
     auto frame = [](bool csum, Bytes f) {

@@ -14,7 +14,9 @@ For every UDP/4791 frame of the given pcap files:
     more than one), reordered (behind the highest so far, first time seen)
     or repeat (seen before: a retransmission); "missing" counts the PSNs
     between a stream's lowest and highest that never appeared.
-  * ACK frames carry an ACK (0x1F..) or NAK-sequence (0x60..) syndrome.
+  * ACK frames carry an ACK (0x1F..) or NAK-sequence (0x60..) syndrome, or
+    one of incxdp's start handshake (0x40 request, 0x41 answer: reserved
+    syndromes no RDMA device sends; docs/ROCE.md "Consecutive runs").
 Prints a JSON summary; exits 1 on any ICRC or UDP checksum error, tshark
 disagreement or bad syndrome, and with --strict-order on any gap, reorder or repeat,
 with --complete on any missing PSN, and with --psns-per-stream N when a
@@ -97,7 +99,9 @@ def check_file(path, summary, streams):
         if bth.opcode == ACK_OPCODE:
             payload = bytes(bth.payload)
             syn = payload[0] if payload else None
-            if syn is None or not (syn == 0x1F or syn == 0x60):
+            if syn in (0x40, 0x41):
+                summary["syncs"] += 1
+            elif syn is None or not (syn == 0x1F or syn == 0x60):
                 summary["bad_syndrome"] += 1
                 summary["errors"].append(f"{path}#{num}: AETH syndrome {syn}")
             elif syn == 0x1F:
@@ -144,7 +148,7 @@ def main():
     args = ap.parse_args()
     summary = {"frames": 0, "icrc_ok": 0, "icrc_bad": 0, "udp_csum_ok": 0, "udp_csum_bad": 0,
                "udp_csum_none": 0, "tshark_bth": 0, "tshark_mismatch": 0,
-               "acks": 0, "naks": 0, "bad_syndrome": 0, "other_opcodes": 0, "errors": []}
+               "acks": 0, "naks": 0, "syncs": 0, "bad_syndrome": 0, "other_opcodes": 0, "errors": []}
     streams = {}
     for path in args.pcaps:
         check_file(path, summary, streams)

@@ -827,6 +827,36 @@ TEST_F(Tree124Jumbo, ALargerFrameIsCountedTooLongAndCapturedWhole)
     expect_clean_switches();
 }
 
+// Issue 24: a job runs again without being installed again. The rules go
+// in once; then three sets of new worker processes in a row (AllReduce,
+// Reduce, AllReduce), each on other data (--seed), so that a result left
+// from the run before would fail its check. Each new process asks its leaf
+// where its connection stands and continues there (docs/ROCE.md
+// "Consecutive runs"); every value is verified by every worker.
+TEST_F(Tree124, ConsecutiveRunsOfNewWorkersNeedNoReapply)
+{
+    ASSERT_EQ(rules_apply().status, 0);
+    std::map<std::string, uint64_t> syncs;
+    for (const auto &sw : switches_)
+        syncs[sw] = stats(sw)["roce_sync"];
+    TreeRun a{"allreduce", "1M"};
+    a.apply = false;
+    a.args = {"--seed", "11"};
+    run(a);
+    TreeRun r{"reduce", "1M"};
+    r.root = 2;
+    r.apply = false;
+    r.args = {"--seed", "12"};
+    run(r);
+    a.args = {"--seed", "13"};
+    run(a);
+    uint64_t answered = 0;
+    for (const auto &sw : switches_)
+        answered += stats(sw)["roce_sync"] - syncs[sw];
+    EXPECT_GE(answered, 3u * ranks_.size()) << "every new worker asks its leaf where it stands";
+    expect_clean_switches();
+}
+
 class Tree1248 : public TreeTopology {
   protected:
     static void SetUpTestSuite() { bring_up("tree1248", "ixd"); }
@@ -844,6 +874,24 @@ TEST_F(Tree1248, AllReduceThroughThreeSwitchLevels)
     b.root = 7;
     run(b);
     run({"barrier", "4"});
+}
+
+// Consecutive runs without re-applying, through three switch levels: the
+// leaves' connections and those between switches continue together.
+TEST_F(Tree1248, ConsecutiveRunsOfNewWorkersNeedNoReapply)
+{
+    ASSERT_EQ(rules_apply().status, 0);
+    TreeRun a{"allreduce", "1M"};
+    a.apply = false;
+    a.args = {"--seed", "21"};
+    run(a);
+    TreeRun r{"reduce", "256K"};
+    r.root = 6;
+    r.apply = false;
+    r.args = {"--seed", "22"};
+    run(r);
+    a.args = {"--seed", "23"};
+    run(a);
 }
 
 } // namespace

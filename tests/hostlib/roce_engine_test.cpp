@@ -523,6 +523,120 @@ TEST(RoceEngine, OneSequenceAcrossCollectives) {
     EXPECT_EQ(cl.total().packets_sent, 12u * cl.ranks());
 }
 
+// A new set of rank processes on a switch that outlived the last: every
+// rank's Communicator, with the start handshake (docs/ROCE.md
+// "Consecutive runs").
+std::vector<std::unique_ptr<Communicator>> new_ranks(SoftRoceNet &net, const RoceOptions &o) {
+    std::vector<std::unique_ptr<Communicator>> v;
+    for (uint32_t r = 0; r < o.sw.ranks; ++r)
+        v.push_back(
+            std::make_unique<Communicator>(roce_config(net.conn(r), o, r), net.transport(r)));
+    return v;
+}
+
+// Idx the switch expects next from rank r.
+uint32_t switch_idx(const SoftRoceNet &net, uint32_t r) {
+    return (net.epsn(r) - net.conn(r).up_base) & ROCE_PSN_MASK;
+}
+
+// Three runs of new Communicators in sequence on one switch, none reset in
+// between: each asks where the connection stands, passes the start check
+// there (one idx) and continues the sequence; every value is checked, and
+// each run's data differs, so an old result taken for a new one would show.
+TEST(RoceEngine, ConsecutiveRunsContinueWhereTheSwitchStands) {
+    RoceOptions o;
+    o.start_handshake = true;
+    o.sw.pool = 64;
+    o.window = 32;
+    o.sw.drop_up = o.sw.drop_down = 0.01;
+    o.timeout = std::chrono::milliseconds(4);
+    o.max_timeout = std::chrono::milliseconds(40);
+    SoftRoceNet net(o.sw);
+    const uint32_t n = o.sw.ranks;
+    const size_t count = 5 * 512 + 7; // 6 packets
+    uint32_t at = 0;                  // where every connection stands
+    for (int run = 0; run < 3; ++run) {
+        SCOPED_TRACE(testing::Message() << "run " << run);
+        auto comms = new_ranks(net, o);
+        std::vector<std::vector<int32_t>> in(n), out(n, std::vector<int32_t>(count, kMarker));
+        for (uint32_t r = 0; r < n; ++r)
+            in[r] = int_data(r, count, 40 + run);
+        const uint32_t root = 2;
+        expect_no_errors(run_ranks(comms, n, [&](uint32_t r, Communicator &c) {
+            if (run == 1)
+                c.reduce(in[r].data(), out[r].data(), count, DType::Int32, ReduceOp::Sum, root);
+            else
+                c.allreduce(in[r].data(), out[r].data(), count, DType::Int32, ReduceOp::Sum);
+        }));
+        for (uint32_t r = 0; r < n; ++r) {
+            if (run == 1 && r != root) {
+                EXPECT_EQ(out[r], std::vector<int32_t>(count, kMarker)) << "rank " << r;
+                continue;
+            }
+            for (size_t i = 0; i < count; ++i)
+                ASSERT_EQ(out[r][i], int_reduce(ReduceOp::Sum, in, i)) << "rank " << r << " " << i;
+        }
+        at += 1 + 6; // the start check, then the call's packets
+        for (uint32_t r = 0; r < n; ++r)
+            EXPECT_EQ(switch_idx(net, r), at) << "rank " << r;
+    }
+    auto sc = net.counters();
+    EXPECT_GE(sc.sync, 3u * n) << "every new rank asked (again after a loss)";
+    expect_switch_clean(sc);
+}
+
+// A run stopped in the middle: ranks 0-2 sent an AllReduce's first window,
+// rank 3 never did. New processes learn different indices (rank 3's is
+// behind), and the start check at each is never completed: rank 3's meets
+// the old contributions (another ImmDt), the others' wait for rank 3. Every
+// new rank fails saying why; none takes a result of the old run.
+TEST(RoceEngine, ARunStoppedInTheMiddleFailsTheStartCheckOnEveryRank) {
+    RoceOptions o;
+    o.start_handshake = true;
+    o.sw.pool = 64;
+    o.window = 32;
+    o.timeout = std::chrono::milliseconds(10);
+    o.max_timeout = std::chrono::milliseconds(40);
+    o.deadline = std::chrono::milliseconds(300);
+    SoftRoceNet net(o.sw);
+    const uint32_t n = o.sw.ranks;
+    {
+        auto comms = new_ranks(net, o);
+        expect_no_errors(run_ranks(comms, n, [](uint32_t, Communicator &c) { c.barrier(); }));
+        std::vector<int32_t> v(100 * 512, 1);
+        auto err = run_ranks(comms, 3, [&](uint32_t, Communicator &c) {
+            c.allreduce(v.data(), v.data(), v.size(), DType::Int32, ReduceOp::Sum);
+        });
+        for (uint32_t r = 0; r < 3; ++r)
+            ASSERT_TRUE(err[r]) << "rank " << r << ": the AllReduce cannot complete";
+    }
+    EXPECT_EQ(switch_idx(net, 3), 2u) << "the start check and the barrier";
+    for (uint32_t r = 0; r < 3; ++r)
+        EXPECT_EQ(switch_idx(net, r), 2u + 32u) << "rank " << r << ": a window beyond";
+    auto comms = new_ranks(net, o);
+    std::vector<std::vector<int32_t>> buf(n, std::vector<int32_t>(1000, 1));
+    auto err = run_ranks(comms, n, [&](uint32_t r, Communicator &c) {
+        c.allreduce(buf[r].data(), buf[r].data(), 1000, DType::Int32, ReduceOp::Sum);
+    });
+    for (uint32_t r = 0; r < n; ++r) {
+        ASSERT_TRUE(err[r]) << "rank " << r << " passed the start check";
+        try {
+            std::rethrow_exception(err[r]);
+        } catch (const CommTimeout &e) {
+            std::string w = e.what();
+            EXPECT_NE(w.find("start check timed out: rank " + std::to_string(r) + " of 4, job 9"),
+                      std::string::npos)
+                << w;
+            EXPECT_NE(w.find("stopped in the middle"), std::string::npos) << w;
+            EXPECT_NE(w.find(fmt::format("idx {}", r == 3 ? 2 : 34)), std::string::npos) << w;
+        } catch (const std::exception &e) {
+            FAIL() << "rank " << r << ": not a CommTimeout: " << e.what();
+        }
+        EXPECT_EQ(buf[r], std::vector<int32_t>(1000, 1)) << "rank " << r << ": nothing written";
+    }
+    EXPECT_GT(net.counters().mismatch, 0u) << "rank 3's check met the old contributions";
+}
+
 TEST(RoceEngine, AckReqEvery32PacketsAndBeforeBlocking) {
     RoceOptions o;
     o.sw.ranks = 2;

@@ -159,6 +159,18 @@ void SoftRoceNet::ingress(uint32_t r, std::span<const std::byte> frame) {
         ++c_.unknown_qp;
         return;
     }
+    if (v.opcode == ROCE_OP_ACK && (*v.aeth & ROCE_AETH_SYNDROME_MASK) == ROCE_AETH_SYNC_REQ) {
+        // Where the connection stands: the PSN expected next and that of
+        // the next result, at the same idx; a NAK of an earlier process
+        // and the ACK it was owed are forgotten.
+        Rx &x = rx_[r];
+        ++c_.sync;
+        x.nak_sent = false;
+        x.acked = x.epsn;
+        uint32_t idx = (x.epsn - c.up_base) & ROCE_PSN_MASK;
+        send_ack(r, x.epsn, ROCE_AETH_SYNC_ANS | ((c.down_base + idx) & ROCE_AETH_MSN_MASK));
+        return;
+    }
     if (v.opcode == ROCE_OP_ACK) {
         Rx &x = rx_[r];
         if (!cfg_.any_order && x.acked != x.epsn) {
@@ -229,7 +241,7 @@ void SoftRoceNet::on_send(uint32_t r, const RoceFrameView &v) {
         return;
     }
     uint32_t imm = v.imm.value_or(s.imm);
-    if (s.idx == int64_t(idx24) && ((s.imm ^ imm) & kImmKindMask) != 0) {
+    if (s.idx == int64_t(idx24) && ((s.imm ^ imm) & (kImmKindMask | 0xffu)) != 0) {
         ++c_.mismatch;
         return;
     }

@@ -16,6 +16,9 @@
 // the result down to every rank (Reduce: 0 payload except to the root);
 // duplicates get the result if the set holds it, an ACK if it is still
 // incomplete, nothing if the set moved on.
+// The start handshake (docs/ROCE.md "Consecutive runs"): a host's sync
+// request is answered with where its connection stands; sets compare the
+// whole ImmDt, so the start check never joins a set of another use.
 #pragma once
 
 #include <incxdp/transport.h>
@@ -58,7 +61,8 @@ struct SoftSwitchCounters {
              ahead_drop = 0, ack = 0, absorbed = 0, down = 0, dup_result = 0, dup_ack = 0,
              stale = 0, mismatch = 0, peer_ack = 0, ackreq = 0, wraps = 0, corrupted = 0, late = 0,
              accepted_ahead = 0, ///< any_order: taken beyond the expected PSN
-        late_ack = 0;            ///< a host's ACK answered with the ACK it was owed
+        late_ack = 0,            ///< a host's ACK answered with the ACK it was owed
+        sync = 0;                ///< start handshakes answered
 };
 
 /// One rank's connection as the switch and the host see it.

@@ -26,6 +26,9 @@ struct RoceOptions {
     std::chrono::milliseconds deadline{30000};
     uint32_t max_retries = 0;
     const std::atomic<bool> *stop = nullptr;
+    /// The start handshake and check before the first call (off: the cases
+    /// count frames and PSNs from idx 0 of the bases).
+    bool start_handshake = false;
 };
 
 inline std::string ip_of(uint32_t net_order) {
@@ -50,6 +53,7 @@ inline CommConfig roce_config(const SoftConn &k, const RoceOptions &o, uint32_t 
     c.roce.sport = k.host_sport;
     c.roce.pool = o.sw.pool;
     c.roce.any_order = o.sw.any_order;
+    c.roce.start_handshake = o.start_handshake;
     c.roce.local_mac = k.host_mac;
     c.roce.switch_mac = k.switch_mac;
     c.window = o.window;

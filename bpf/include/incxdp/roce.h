@@ -45,6 +45,16 @@ enum incxdp_roce_opcode {
 #define ROCE_AETH_SYNDROME_MASK 0xFF000000u
 #define ROCE_AETH_MSN_MASK 0x00FFFFFFu
 
+/*
+ * The start handshake (docs/ROCE.md "Consecutive runs"): a host asks its leaf
+ * where its connection stands with an ACK whose AETH syndrome is in the class
+ * IBA reserves (010x xxxx), which no RC device sends. The leaf answers with
+ * ROCE_AETH_SYNC_ANS: BTH PSN = the PSN it expects next from the host, AETH
+ * low 24 bits = the PSN of its next result to the host.
+ */
+#define ROCE_AETH_SYNC_REQ 0x40000000u
+#define ROCE_AETH_SYNC_ANS 0x41000000u
+
 struct roce_bth {
 	__u8 opcode;  /* enum incxdp_roce_opcode */
 	__u8 flags;   /* SE:1 M:1 PadCnt:2 TVer:4 */
@@ -107,6 +117,10 @@ enum incxdp_roce_dtype {
 };
 
 #define ROCE_IMM_ALL_RANKS 0xFFFF
+/* ImmDt reserved byte of the start check, a Barrier every rank sends at the
+ * index the handshake gave it: no set of an earlier run has this ImmDt, so
+ * the check cannot complete with what such a run left in a set. */
+#define ROCE_IMM_START 0x01
 
 static inline __u32 roce_imm_make(__u16 dest_rank, __u8 prim, __u8 op, __u8 dtype)
 {
