@@ -36,5 +36,6 @@ void add_smi_command(CLI::App &app);    // smi routes|run (SMI clusters on the m
 void add_mesh_command(CLI::App &app);    // mesh run|show|stats (discovery, routing, relay)
 void add_cm_command(CLI::App &app);      // cm check|gen (htsim connection matrices)
 void add_replay_command(CLI::App &app);  // replay (a .cm with real bytes on a topology)
+void add_apply_command(CLI::App &app);   // apply|remove (plan -> compile -> apply, every job kind)
 
 } // namespace incxdp::cli

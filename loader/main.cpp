@@ -21,6 +21,7 @@ int main(int argc, char **argv)
     incxdp::cli::add_mesh_command(app);
     incxdp::cli::add_cm_command(app);
     incxdp::cli::add_replay_command(app);
+    incxdp::cli::add_apply_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError &e) {

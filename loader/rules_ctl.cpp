@@ -6,6 +6,7 @@
 #include <incxdp/roce.h>
 #include <incxdp/rules_ctl.h>
 
+#include "map_journal.h"
 #include "pinned_maps.h"
 #include "port_util.h"
 
@@ -31,13 +32,6 @@ namespace incxdp::ctl::rules {
 
 namespace {
 
-uint32_t be_ip(const std::string &s, const std::string &what) {
-    in_addr a{};
-    if (inet_pton(AF_INET, s.c_str(), &a) != 1)
-        throw CtlError(fmt::format("{}: '{}' is not an IPv4 address", what, s));
-    return a.s_addr;
-}
-
 std::string qpn_str(uint32_t qpn) {
     return fmt::format("0x{:06x}", qpn);
 }
@@ -53,88 +47,6 @@ Fd open_conns(const std::string &dir) {
                                          dir, INCXDP_MAP_ROCE_CONNS)
                            : errno_msg("cannot open pinned map " + path, errno));
     return Fd(fd);
-}
-
-// Restores every map entry it saved, in reverse, unless committed: the
-// per-switch all-or-nothing of apply().
-class Journal {
-  public:
-    Journal() = default;
-    Journal(const Journal &) = delete;
-    Journal &operator=(const Journal &) = delete;
-    ~Journal() {
-        if (committed_)
-            return;
-        for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
-            if (it->old)
-                bpf_map_update_elem(it->fd, it->key.data(), it->old->data(), BPF_ANY);
-            else
-                bpf_map_delete_elem(it->fd, it->key.data());
-        }
-    }
-    // Call before changing (fd, key).
-    template <typename K, typename V> void save(int fd, const K &key) {
-        Entry e{fd, bytes(key), std::nullopt};
-        V v{};
-        if (bpf_map_lookup_elem(fd, &key, &v) == 0)
-            e.old = bytes(v);
-        entries_.push_back(std::move(e));
-    }
-    void commit() { committed_ = true; }
-
-  private:
-    struct Entry {
-        int fd;
-        std::vector<uint8_t> key;
-        std::optional<std::vector<uint8_t>> old;
-    };
-    template <typename T> static std::vector<uint8_t> bytes(const T &v) {
-        const auto *p = reinterpret_cast<const uint8_t *>(&v);
-        return {p, p + sizeof(T)};
-    }
-    std::vector<Entry> entries_;
-    bool committed_ = false;
-};
-
-// The planned range if it is free, else the first free range (what job_add
-// does), so a file whose jobs were installed in another order still works.
-uint32_t choose_pool(const PinnedMaps &m, uint32_t job, uint32_t planned, uint32_t size) {
-    std::vector<std::pair<uint32_t, uint32_t>> used;
-    for (const auto &[id, j] : m.active_jobs())
-        if (id != job)
-            used.emplace_back(j.pool_base, j.pool_base + j.pool_size);
-    std::sort(used.begin(), used.end());
-    const uint32_t total = m.slot_entries();
-    auto free_at = [&](uint32_t b) {
-        if (uint64_t{b} + size > total)
-            return false;
-        for (const auto &[ub, ue] : used)
-            if (b < ue && ub < b + size)
-                return false;
-        return true;
-    };
-    if (free_at(planned))
-        return planned;
-    uint32_t at = 0;
-    for (const auto &[ub, ue] : used) {
-        if (free_at(at))
-            return at;
-        at = std::max(at, ue);
-    }
-    if (free_at(at))
-        return at;
-    throw CtlError(fmt::format("the job needs {} slots but no free range of that size is left "
-                               "of the engine's {} (planned range {}..{}); free slots with "
-                               "'incxdp job del', or load the engine with a larger --slots",
-                               size, total, planned, planned + size - 1));
-}
-
-void zero_slots(const PinnedMaps &m, uint32_t base, uint32_t size) {
-    auto zero = std::make_unique<incxdp_slot>();
-    std::memset(zero.get(), 0, sizeof(incxdp_slot));
-    for (uint32_t i = base; i < base + size; i++)
-        if (bpf_map_update_elem(m.slots.get(), &i, zero.get(), BPF_ANY) != 0)
-            throw CtlError(errno_msg(fmt::format("cannot reset slot {}", i), errno));
 }
 
 void mkdir_parents(const std::string &dir) {
@@ -515,6 +427,14 @@ std::vector<Applied> apply(const topo::Topology &t, const Options &o) {
             return ok.empty() ? "" : "applied: " + joined(ok);
         });
     return done;
+}
+
+Applied apply_local(const topo::Topology &t, uint32_t job, const std::string &sw,
+                    const std::string &pin_dir, const Options &o) {
+    const topo::TreePlan p = plan(t, job);
+    Applied a = apply_switch(t, compile(t, p, sw), pin_dir, o);
+    a.netns = NetnsId::current().str();
+    return a;
 }
 
 std::vector<Cleared> clear(const topo::Topology &t, const Options &o) {

@@ -2,6 +2,7 @@
 // Parsing, validation and the deterministic derivations of topology.h.
 // docs/TOPOLOGY.md is the user-facing description of the same rules.
 #include "incxdp/topology.h"
+#include "incxdp/fattree_plan.h"
 #include "incxdp/fattree_routes.h"
 #include "incxdp/smi_topology.h"
 #include "addr_detail.h"
@@ -148,10 +149,17 @@ struct Builder {
         for (size_t i = 0; list.IsDefined() && i < list.size(); ++i) {
             const YAML::Node l = list[i];
             const std::string where = fmt::format("links[{}]", i);
-            if (!l.IsSequence() || l.size() != 2)
-                r.fail(l, where, "expected a pair of node names, e.g. [w0, sw]");
-            Link link{r.scalar(l[0], where), r.scalar(l[1], where)};
-            for (const auto &[name, at] : {std::pair{link.a, l[0]}, std::pair{link.b, l[1]}})
+            const bool mapping = l.IsMap();
+            if (mapping)
+                r.expect_map(l, where, {"a", "b", "a_iface", "b_iface", "a_mac", "b_mac"});
+            else if (!l.IsSequence() || l.size() != 2)
+                r.fail(l, where,
+                       "expected a pair of node names, e.g. [w0, sw], or a mapping {a: w0, b: "
+                       "sw, a_iface: ..., a_mac: ...}");
+            const YAML::Node na = mapping ? l["a"] : l[0], nb = mapping ? l["b"] : l[1];
+            Link link{mapping ? r.str(l, "a", where) : r.scalar(na, where),
+                      mapping ? r.str(l, "b", where) : r.scalar(nb, where)};
+            for (const auto &[name, at] : {std::pair{link.a, na}, std::pair{link.b, nb}})
                 if (!index.count(name))
                     r.fail(at, where, fmt::format("unknown node '{}'", name));
             const size_t ia = index[link.a], ib = index[link.b];
@@ -168,11 +176,55 @@ struct Builder {
                        fmt::format("duplicate link between '{}' and '{}'", link.a, link.b));
             const size_t ka = add_iface(ia, link.b, l, where);
             const size_t kb = add_iface(ib, link.a, l, where);
+            if (mapping) {
+                link_end_overrides(l, "a", ia, ka, where);
+                link_end_overrides(l, "b", ib, kb, where);
+            }
             t.nodes[ia].ifaces[ka].peer_iface = t.nodes[ib].ifaces[kb].name;
             t.nodes[ib].ifaces[kb].peer_iface = t.nodes[ia].ifaces[ka].name;
             link.a_iface = t.nodes[ia].ifaces[ka].name;
             link.b_iface = t.nodes[ib].ifaces[kb].name;
             t.links.push_back(std::move(link));
+        }
+    }
+
+    // `a_iface`/`a_mac` (end "a", likewise "b") of a link given as a
+    // mapping: the real interface name and MAC of that end.
+    void link_end_overrides(const YAML::Node &l, const std::string &end, size_t self, size_t k,
+                            const std::string &where) {
+        Node &n = t.nodes[self];
+        Iface &own = n.ifaces[k];
+        if (const YAML::Node v = l[end + "_iface"]; v.IsDefined() && !v.IsNull()) {
+            const std::string name = r.scalar(v, where + "." + end + "_iface");
+            if (!detail::valid_ifname(name))
+                r.fail(v, where,
+                       fmt::format("bad interface name '{}': use 1-{} characters from "
+                                   "[A-Za-z0-9_.-]",
+                                   name, kMaxIfName));
+            for (const Iface &other : n.ifaces)
+                if (&other != &own && other.name == name)
+                    r.fail(v, where,
+                           fmt::format("interface name '{}' on node '{}' is used twice (towards "
+                                       "'{}' and '{}')",
+                                       name, n.name, other.peer_node, own.peer_node));
+            own.name = name;
+        }
+        if (const YAML::Node v = l[end + "_mac"]; v.IsDefined() && !v.IsNull()) {
+            Mac m{};
+            try {
+                m = mac_from_string(r.scalar(v, where + "." + end + "_mac"));
+            } catch (const TopologyError &e) {
+                r.fail(v, where, e.what());
+            }
+            if (const std::string why = detail::mac_problem(m); !why.empty())
+                r.fail(v, where, why);
+            for (const Node &o : t.nodes)
+                for (const Iface &x : o.ifaces)
+                    if (&x != &own && x.mac == m)
+                        r.fail(v, where,
+                               fmt::format("duplicate MAC {} (also on {}:{})", mac_to_string(m),
+                                           o.name, x.name));
+            own.mac = m;
         }
     }
 
@@ -311,6 +363,14 @@ struct Builder {
         // known: pool bases depend on the earlier jobs.
         for (size_t i = 0; list.IsDefined() && i < list.size(); ++i) {
             const Job &job = t.jobs[i];
+            if (job.kind == JobKind::Tree) {
+                // Every worker below a switch reachable from the root.
+                try {
+                    build_agg_tree(t, job.switch_name, {job.id, job.workers, job.workers});
+                } catch (const TopologyError &e) {
+                    r.fail(list[i], fmt::format("jobs[{}] (id {})", i, job.id), e.what());
+                }
+            }
             if (job.kind != JobKind::RoceTree)
                 continue;
             try {
@@ -330,7 +390,10 @@ struct Builder {
             return JobKind::Star;
         if (s == "roce-tree")
             return JobKind::RoceTree;
-        r.fail(k, where, fmt::format("unknown job kind '{}' (expected star or roce-tree)", s));
+        if (s == "tree")
+            return JobKind::Tree;
+        r.fail(k, where,
+               fmt::format("unknown job kind '{}' (expected star, roce-tree or tree)", s));
     }
 
     HostOrder parse_host_order(const YAML::Node &k, const std::string &where) {
@@ -446,6 +509,8 @@ const char *topology_kind_name(TopologyKind k) {
 }
 
 const char *job_kind_name(JobKind k) {
+    if (k == JobKind::Tree)
+        return "tree";
     return k == JobKind::RoceTree ? "roce-tree" : "star";
 }
 
@@ -454,31 +519,15 @@ const char *host_order_name(HostOrder o) {
 }
 
 std::string mac_to_string(const Mac &m) {
-    return fmt::format("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4],
-                       m[5]);
+    return util::format_mac(m);
 }
 
 Mac mac_from_string(const std::string &s) {
-    Mac m{};
-    auto hex = [](char c) -> int {
-        if (c >= '0' && c <= '9')
-            return c - '0';
-        if (c >= 'a' && c <= 'f')
-            return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F')
-            return c - 'A' + 10;
-        return -1;
-    };
-    bool ok = s.size() == 17;
-    for (size_t i = 0; ok && i < 6; ++i) {
-        const int hi = hex(s[3 * i]), lo = hex(s[3 * i + 1]);
-        ok = hi >= 0 && lo >= 0 && (i == 5 || s[3 * i + 2] == ':');
-        m[i] = static_cast<uint8_t>(hi << 4 | lo);
+    try {
+        return util::mac_or_throw(s);
+    } catch (const std::invalid_argument &e) {
+        throw TopologyError(e.what());
     }
-    if (!ok)
-        throw TopologyError(
-            fmt::format("bad MAC address '{}': expected six hex bytes like 02:49:58:00:01:00", s));
-    return m;
 }
 
 Topology Topology::load_file(const std::string &path) {

@@ -7,6 +7,7 @@
 #include <incxdp/roce.h>
 #include <incxdp/rules_ctl.h>
 #include <incxdp/tree.h>
+#include <incxdp/util/ipv4.h>
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -74,9 +75,7 @@ std::vector<std::string> names_of_children(const TreePlan &p, const std::string 
 }
 
 uint32_t be(const char *ip) {
-    in_addr a{};
-    inet_pton(AF_INET, ip, &a);
-    return a.s_addr;
+    return incxdp::util::ipv4_be_or_throw(ip, "test address");
 }
 
 // ---- shape -------------------------------------------------------------------
@@ -375,7 +374,7 @@ TEST(PlanTree, FanInAboveTheSlotBitmapIsRefused) {
 
 TEST(TopologyJobs, KindAndTreeKeysAreValidated) {
     EXPECT_CONTAINS(parse_error(with(kTree, "kind: roce-tree", "kind: ring")),
-                    "unknown job kind 'ring' (expected star or roce-tree)");
+                    "unknown job kind 'ring' (expected star, roce-tree or tree)");
     EXPECT_CONTAINS(parse_error(with(kTree, "slots: 64", "slots: 64, worker_port: 4000")),
                     "worker_port does not apply to a roce-tree job");
     EXPECT_CONTAINS(parse_error(with(kTree, "slots: 64", "slots: 64, start_psn: 16777216")),

@@ -81,6 +81,13 @@ struct Applied {
 /// switches already done.
 std::vector<Applied> apply(const topo::Topology &t, const Options &o);
 
+/// apply() of job `job` for one switch `sw` only, on the engine pinned in
+/// `pin_dir` of the calling thread's namespace (a switch that is its own
+/// machine: `incxdp apply --node`). Loads the engine on the switch's ports
+/// where it is not loaded, as apply() does.
+Applied apply_local(const topo::Topology &t, uint32_t job, const std::string &sw,
+                    const std::string &pin_dir, const Options &o);
+
 /// What clear() did on one switch for one job.
 struct Cleared {
     uint32_t job = 0;

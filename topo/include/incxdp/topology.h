@@ -5,6 +5,8 @@
 // workers and the tests agree without exchanging state.
 #pragma once
 
+#include <incxdp/util/mac.h>
+
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -14,7 +16,7 @@
 
 namespace incxdp::topo {
 
-using Mac = std::array<uint8_t, 6>;
+using Mac = util::Mac;
 
 std::string mac_to_string(const Mac &mac);
 Mac mac_from_string(const std::string &s); // throws TopologyError
@@ -49,6 +51,9 @@ struct Link {
     std::string a_iface, b_iface; // the link's interface at each end
     std::string subnet;           // mesh: the link's own CIDR; empty otherwise
 };
+// A switched topology's link may also be a mapping {a: s1, b: s0, a_iface:
+// IF, b_iface: IF, a_mac: MAC, b_mac: MAC}: the ends' interface names and
+// MACs as on real machines, instead of the derived ones (docs/TOPOLOGY.md).
 
 // switched: hosts on one subnet behind switch namespaces (the default).
 // mesh: hosts cabled directly to each other, each link its own subnet, no
@@ -66,9 +71,12 @@ enum class Routing { None, UpDown };
 // star: UDP (native/SwitchML), every worker linked to the one switch.
 // roce-tree: RoCEv2 RC connections along a tree of switches rooted at
 // `switch_name` (docs/ROCE.md, tree.h).
-enum class JobKind { Star, RoceTree };
+// tree: native UDP over several switches rooted at `switch_name`, each
+// worker below the tree switch nearest the root it is linked to
+// (fattree_plan.h build_agg_tree; docs/APPLY.md).
+enum class JobKind { Star, RoceTree, Tree };
 
-const char *job_kind_name(JobKind k); // "star", "roce-tree"
+const char *job_kind_name(JobKind k); // "star", "roce-tree", "tree"
 
 /// roce-tree: how the switch a host is attached to takes that host's SENDs
 /// (docs/ROCE.md §3). Strict is what an RC requester (a NIC, Soft-RoCE,
@@ -83,7 +91,7 @@ const char *host_order_name(HostOrder o); // "strict", "any"
 struct Job {
     uint32_t id = 0;
     JobKind kind = JobKind::Star;
-    std::string switch_name;          // star: the switch; roce-tree: the root switch
+    std::string switch_name;          // star: the switch; roce-tree, tree: the root switch
     std::vector<std::string> workers; // host names, index = rank
     uint16_t worker_port = 4000;      // star: UDP source port of every worker
     uint32_t slots = 256;             // slot pool size on each switch of the job
