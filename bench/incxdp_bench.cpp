@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // incxdp-bench: size sweep of one collective (allreduce by default; reduce,
-// broadcast, barrier with --prim). Every rank of the job runs it with the
-// same flags; rank 0 prints size | median time | algbw.
+// broadcast, barrier, allgather, reduce-scatter with --prim). Every rank of
+// the job runs it with the same flags; rank 0 prints size | median time |
+// algbw.
 #include "tool_common.h"
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <ctime>
 #include <iostream>
+#include <stdexcept>
 #include <vector>
 
 using namespace incxdp;
@@ -68,6 +70,15 @@ Row measure(Communicator &comm, const Options &o, uint64_t bytes, std::vector<T>
             std::vector<T> &recv, DType dtype, ReduceOp op) {
     size_t count = bytes / 4;
     Prim prim = parse_prim(o.coll.prim);
+    // allgather and reduce-scatter: the size is the whole buffer (allgather's
+    // recv, reduce-scatter's send) of world_size blocks.
+    if (prim == Prim::AllGather || prim == Prim::ReduceScatter) {
+        uint32_t world = comm.config().world_size;
+        if (count % world != 0)
+            throw std::invalid_argument(fmt::format(
+                "{}: size {} is not {} equal blocks of whole elements", o.coll.prim, bytes, world));
+        count /= world;
+    }
     std::vector<double> times, cpus;
     Row row{bytes, 0, 0, 0, 0};
     for (uint32_t it = 0; it < o.warmup + o.iters; ++it) {

@@ -94,16 +94,22 @@ ReduceOp to_op(incxdp_op_t op, const char *what) {
         return ReduceOp::Max;
     case INCXDP_MIN:
         return ReduceOp::Min;
+    case INCXDP_AVG:
+        return ReduceOp::Avg;
     }
-    throw std::invalid_argument(fmt::format(
-        "{}: op {} is not INCXDP_SUM (0), INCXDP_MAX (1) or INCXDP_MIN (2)", what, int(op)));
+    throw std::invalid_argument(
+        fmt::format("{}: op {} is not INCXDP_SUM (0), INCXDP_MAX (1), INCXDP_MIN (2) or "
+                    "INCXDP_AVG (3)",
+                    what, int(op)));
 }
 
 // The Communicator says invalid_argument here; to C callers it is a
 // wire's limit, not a mistake in the arguments.
 void check_wire_op(const Communicator &c, ReduceOp op, const char *what) {
     const CommConfig &cfg = c.config();
-    if (!cfg.roce_tree() && cfg.wire == Wire::SwitchML && op != ReduceOp::Sum)
+    // Avg is a sum on the wire.
+    if (!cfg.roce_tree() && cfg.wire == Wire::SwitchML && op != ReduceOp::Sum &&
+        op != ReduceOp::Avg)
         throw NotSupported(fmt::format("{} {}: the SwitchML wire only sums (its header has no op "
                                        "field); use the native wire for max/min",
                                        what, to_string(op)));
@@ -141,17 +147,10 @@ CommConfig to_config(const incxdp_config_t &c) {
         k.switch_port = c.switch_port;
     if (c.local_port)
         k.local_port = c.local_port;
-    if (c.transport) {
-        const bool tree = k.roce_tree();
+    if (c.transport && c.topology)
+        k.use_transport(c.transport, fmt::format("job {} of {}", c.job, c.topology));
+    else if (c.transport)
         k.transport = parse_transport(c.transport);
-        if (c.topology && tree != k.roce_tree())
-            throw std::invalid_argument(
-                tree ? fmt::format("job {} of {} is a roce-tree job: use transport roce or verbs",
-                                   c.job, c.topology)
-                     : fmt::format("job {} of {} is a star job: transport {} needs a `kind: "
-                                   "roce-tree` job",
-                                   c.job, c.topology, c.transport));
-    }
 #ifndef INCXDP_HAVE_VERBS
     if (k.transport == TransportKind::Verbs)
         throw NotSupported("transport verbs: libincxdp was built without libibverbs (install "
@@ -379,6 +378,34 @@ incxdp_status_t incxdp_broadcast(incxdp_comm_t *comm, void *buf, size_t count, i
         const char *what = "incxdp_broadcast";
         check_comm(comm, what);
         comm->comm->broadcast(buf, count, to_dtype(dtype, what), root);
+    });
+}
+
+incxdp_status_t incxdp_allgather(incxdp_comm_t *comm, const void *send, void *recv, size_t count,
+                                 incxdp_dtype_t dtype) noexcept {
+    return guarded(comm, [&] {
+        const char *what = "incxdp_allgather";
+        check_comm(comm, what);
+        DType d = to_dtype(dtype, what);
+        if (count != 0 && (!send || !recv))
+            throw std::invalid_argument(
+                fmt::format("{}: {} is NULL (count {})", what, send ? "recv" : "send", count));
+        comm->comm->allgather(send, recv, count, d);
+    });
+}
+
+incxdp_status_t incxdp_reduce_scatter(incxdp_comm_t *comm, const void *send, void *recv,
+                                      size_t count, incxdp_dtype_t dtype, incxdp_op_t op) noexcept {
+    return guarded(comm, [&] {
+        const char *what = "incxdp_reduce_scatter";
+        check_comm(comm, what);
+        DType d = to_dtype(dtype, what);
+        ReduceOp o = to_op(op, what);
+        check_wire_op(*comm->comm, o, what);
+        if (count != 0 && (!send || !recv))
+            throw std::invalid_argument(
+                fmt::format("{}: {} is NULL (count {})", what, send ? "recv" : "send", count));
+        comm->comm->reduce_scatter(send, recv, count, d, o);
     });
 }
 

@@ -6,6 +6,7 @@
 #include <incxdp/switchml.h>
 #include <incxdp/topology.h>
 #include <incxdp/tree.h>
+#include <incxdp/fattree_plan.h>
 
 #include "packet.h"
 #include "roce_frame.h"
@@ -97,8 +98,10 @@ TransportKind parse_transport(const std::string &s) {
         return TransportKind::Roce;
     if (s == "verbs")
         return TransportKind::Verbs;
+    if (s == "auto")
+        return TransportKind::Auto;
     throw std::invalid_argument(
-        fmt::format("transport '{}': expected udp, afxdp, roce or verbs", s));
+        fmt::format("transport '{}': expected auto, udp, afxdp, roce or verbs", s));
 }
 
 const char *to_string(TransportKind t) {
@@ -109,9 +112,27 @@ const char *to_string(TransportKind t) {
         return "roce";
     case TransportKind::Verbs:
         return "verbs";
+    case TransportKind::Auto:
+        return "auto";
     default:
         return "udp";
     }
+}
+
+void CommConfig::use_transport(const std::string &name, const std::string &job_desc) {
+    if (name.empty())
+        return;
+    const bool tree = roce_tree();
+    TransportKind t = parse_transport(name);
+    const bool roce_ = t == TransportKind::Roce || t == TransportKind::Verbs;
+    if (tree && !roce_)
+        throw std::invalid_argument(
+            fmt::format("{} is a roce-tree job: use transport roce or verbs", job_desc));
+    if (!tree && roce_)
+        throw std::invalid_argument(fmt::format(
+            "{} is a star job or a native UDP tree: transport {} needs a `kind: roce-tree` job",
+            job_desc, name));
+    transport = t;
 }
 
 uint16_t CommConfig::effective_switch_port() const {
@@ -217,7 +238,12 @@ CommConfig CommConfig::from_topology(const std::string &path, uint32_t job_id, u
                 fmt::format("job {} has {} workers (ranks 0..{}), there is no rank {}", job_id,
                             job.workers.size(), job.workers.size() - 1, rank));
         const auto &host = topo.node(job.workers[rank]);
-        const auto &sw = topo.node(job.switch_name);
+        // A tree rank talks to its leaf switch, the tree switch it hangs below.
+        const auto &sw = job.kind == topo::JobKind::Tree
+                             ? topo.node(topo::build_agg_tree(topo, job.switch_name,
+                                                              {job_id, job.workers, job.workers})
+                                             .leaf.at(host.name))
+                             : topo.node(job.switch_name);
         CommConfig c;
         c.rank = rank;
         c.world_size = uint32_t(job.workers.size());

@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// Communicator: argument checks, slot set bookkeeping across calls, close().
+// Communicator: argument checks, the transport, and every collective through
+// one engine backend (engine_backend.h); AllGather, ReduceScatter and AVG
+// built on its primitives.
 #include <incxdp/communicator.h>
 
-#include "collectives.h"
-#include "engine.h"
-#include "roce_collectives.h"
-#include "roce_engine.h"
+#include "engine_backend.h"
+#include "packet.h"
+#include "roce_frame.h"
 #include "rx_backlog.h"
 #include "stop.h"
-#include "verbs_link.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -75,6 +77,65 @@ std::unique_ptr<Transport> transport_for(const CommConfig &cfg) {
     return make_udp_transport(t);
 }
 
+// Avg is a Sum on the wire and a division on the host; integer averages
+// are refused as torch and NCCL refuse them.
+ReduceOp wire_op(const char *what, DType dtype, ReduceOp op) {
+    if (op != ReduceOp::Avg)
+        return op;
+    if (dtype != DType::Float32)
+        throw std::invalid_argument(fmt::format(
+            "{} avg: {} has no average (integer division would round); use sum and divide, "
+            "or float32",
+            what, to_string(dtype)));
+    return ReduceOp::Sum;
+}
+
+void divide(void *buf, size_t count, uint32_t world_size) {
+    auto *y = static_cast<float *>(buf);
+    for (size_t i = 0; i < count; ++i)
+        y[i] /= float(world_size);
+}
+
+// Why AF_XDP did not open, in a few words for the fallback notice.
+std::string afxdp_failure(const std::exception &e) {
+    auto *se = dynamic_cast<const std::system_error *>(&e);
+    if (se && (se->code().value() == EPERM || se->code().value() == EACCES))
+        return fmt::format("{}: not root (needs CAP_NET_ADMIN and CAP_BPF)",
+                           se->code().value() == EPERM ? "EPERM" : "EACCES");
+    std::string why = e.what();
+    std::replace(why.begin(), why.end(), '\n', ' ');
+    return why;
+}
+
+// Auto: AF_XDP where it attaches (it bypasses the stack, docs/PERF.md),
+// else the UDP socket with one line on stderr. Loopback has no interface
+// worth bypassing: the socket, silently. cfg.transport becomes the choice.
+std::unique_ptr<Transport> open_auto(CommConfig &cfg) {
+    if (cfg.xdp_iface.empty() && cfg.local_ip.starts_with("127.")) {
+        cfg.transport = TransportKind::Udp;
+        return transport_for(cfg);
+    }
+    cfg.transport = TransportKind::AfXdp;
+    try {
+        return transport_for(cfg);
+    } catch (const std::exception &e) {
+        std::string iface = cfg.xdp_iface;
+        if (iface.empty()) {
+            try {
+                iface = resolve_link(cfg.local_ip, cfg.switch_ip).ifname;
+            } catch (const std::exception &) {
+                iface = "the interface holding " + cfg.local_ip;
+            }
+        }
+        std::fprintf(stderr,
+                     "incxdp: rank %u: AF_XDP on %s not available (%s); using the UDP "
+                     "socket\n",
+                     cfg.rank, iface.c_str(), afxdp_failure(e).c_str());
+    }
+    cfg.transport = TransportKind::Udp;
+    return transport_for(cfg);
+}
+
 void check_buffers(const char *what, const void *send, const void *recv, size_t count) {
     if (!send || !recv)
         throw std::invalid_argument(fmt::format("{}: null buffer", what));
@@ -112,63 +173,28 @@ CommStats &CommStats::operator+=(const CommStats &o) {
 
 struct Communicator::Impl {
     Impl(CommConfig c, std::unique_ptr<Transport> t) : cfg(std::move(c)), transport(std::move(t)) {
-        if (cfg.transport == TransportKind::Roce) {
-            roce = std::make_unique<detail::RoceEngine>(cfg, *transport);
-            return;
-        }
-        if (cfg.transport == TransportKind::Verbs) {
-            roce = detail::make_verbs_link(cfg); // the device is the transport
-            return;
-        }
-        engine = std::make_unique<detail::Engine>(cfg, *transport);
-        next_set.assign(cfg.window, 0);
-        lane_slots.reserve(cfg.window);
-        base_sets.reserve(cfg.window);
+        if (cfg.roce_tree())
+            backend = detail::make_roce_backend(cfg, transport.get());
+        else
+            backend = detail::make_window_backend(cfg, *transport);
     }
 
-    // Runs one call and keeps the slots' set parity in step with the switch.
-    void run(const detail::Schedule &s, const detail::CallInfo &call, detail::StepHandler &handler,
-             CommStats &stats) {
-        try {
-            engine->run(s, lane_slots, base_sets, call, handler, stats);
-        } catch (...) {
-            failed = true; // the slots' sets are now unknown
-            throw;
-        }
-        for (uint32_t l = 0; l < s.lanes; ++l)
-            next_set[lane_slots[l]] ^= uint8_t(s.uses_of_lane(l) & 1);
-    }
-
-    // One collective on a RoCE tree: the packets at the next indices.
-    void run_roce(const detail::RoceCall &c, const char *what) {
+    // One collective through the backend: its stats into last and total.
+    void run(const detail::Call &c, const char *what) {
         auto t0 = std::chrono::steady_clock::now();
-        last = CommStats{};
-        // Verbs has no Transport: the device's frames are skb-built.
-        const bool pad = !transport || !transport->frames_grow_at_switch();
-        detail::RoceSteps steps(c, cfg.rank, cfg.world_size, cfg.effective_elems_per_packet(),
-                                roce_exps, pad);
-        steps.prepare(what); // throws before anything is sent
         uint64_t dropped = rx_dropped();
-        try {
-            roce->run(steps, what, last);
-        } catch (...) {
-            failed = true; // the connection's sequence is now unknown to the switch
-            throw;
-        }
-        finish_call(t0, dropped);
+        backend->run(c, what, last);
+        last.rx_dropped = rx_dropped() - dropped;
+        last.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        total += last;
     }
-
-    void star_allreduce(const void *send, void *recv, size_t count, DType dtype, ReduceOp op,
-                        const char *what);
 
     uint64_t rx_dropped() const { return transport ? transport->rx_dropped() : 0; }
 
-    // The call that started at t0 with the transport's drop count at
-    // dropped_before is done: its time and drops into last, last into total.
-    void finish_call(std::chrono::steady_clock::time_point t0, uint64_t dropped_before) {
-        last.rx_dropped = rx_dropped() - dropped_before;
-        last.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        total += last;
+    // Every collective starts here: a usable communicator, fresh last stats.
+    void begin(const char *what) {
+        check_usable(what);
+        last = CommStats{};
     }
 
     void check_root(const char *what, uint32_t root) const {
@@ -178,7 +204,7 @@ struct Communicator::Impl {
     }
 
     void check_usable(const char *what) const {
-        if (failed)
+        if (backend->failed())
             throw std::logic_error(fmt::format(
                 "{}: communicator of rank {} job {} is unusable: an earlier collective failed "
                 "and the switch's slot sets are unknown; re-install the job and start over",
@@ -189,17 +215,9 @@ struct Communicator::Impl {
     }
 
     CommConfig cfg;
-    std::unique_ptr<Transport> transport;
-    std::unique_ptr<detail::Engine> engine;   ///< UDP/AF_XDP star jobs
-    std::unique_ptr<detail::RoceLink> roce;   ///< roce-tree jobs: AF_XDP frames or a device
-    std::vector<int8_t> roce_exps;
-    std::vector<int32_t> scratch;  ///< star reduce/broadcast: what non-roots send or receive
-    std::vector<uint8_t> next_set; ///< per slot: set of its next use
-    std::vector<uint16_t> lane_slots;
-    std::vector<uint8_t> base_sets;
-    std::vector<int8_t> local_exp, agreed;
-    uint32_t round = 0; ///< rid of the last call; all ranks count alike
-    bool failed = false;
+    std::unique_ptr<Transport> transport; ///< null for verbs: the device is the transport
+    std::unique_ptr<detail::EngineBackend> backend;
+    std::vector<int32_t> scatter; ///< reduce_scatter: the whole reduction
     bool closed = false;
     CommStats last, total;
 };
@@ -208,7 +226,9 @@ Communicator::Communicator(CommConfig cfg) {
     cfg.validate();
     resolve_roce_link(cfg);
     std::unique_ptr<Transport> transport;
-    if (cfg.transport != TransportKind::Verbs)
+    if (cfg.transport == TransportKind::Auto)
+        transport = open_auto(cfg);
+    else if (cfg.transport != TransportKind::Verbs)
         transport = transport_for(cfg);
     impl_ = std::make_unique<Impl>(std::move(cfg), std::move(transport));
 }
@@ -228,7 +248,7 @@ void detail::throw_interrupted(const CommConfig &cfg, const char *what) {
 }
 
 Communicator::~Communicator() {
-    if (!impl_ || impl_->closed || impl_->failed)
+    if (!impl_ || impl_->closed || impl_->backend->failed())
         return;
     impl_->cfg.deadline = std::min(impl_->cfg.deadline, kDestructorCloseDeadline);
     try {
@@ -239,59 +259,22 @@ Communicator::~Communicator() {
     }
 }
 
-// Star jobs: one allreduce call through the window engine.
-void Communicator::Impl::star_allreduce(const void *send, void *recv, size_t count, DType dtype,
-                                        ReduceOp op, const char *what) {
-    if (cfg.wire == Wire::SwitchML && op != ReduceOp::Sum)
-        throw std::invalid_argument(
-            fmt::format("{} {}: the SwitchML header has no op field, the switch only sums; use the "
-                        "native wire for max/min",
-                        what, to_string(op)));
-
-    auto t0 = std::chrono::steady_clock::now();
-    auto s = detail::Schedule::make(count, cfg.effective_elems_per_packet(), cfg.window,
-                                    dtype == DType::Float32);
-    lane_slots.clear();
-    base_sets.clear();
-    for (uint32_t l = 0; l < s.lanes; ++l) {
-        lane_slots.push_back(uint16_t(l));
-        base_sets.push_back(next_set[l]);
-    }
-    detail::CallInfo call{round + 1, op, dtype, what};
-    uint64_t dropped = rx_dropped();
-    if (dtype == DType::Int32) {
-        detail::Int32Steps h(s, cfg.wire, op, static_cast<const int32_t *>(send),
-                             static_cast<int32_t *>(recv));
-        round = call.round;
-        run(s, call, h, last);
-    } else {
-        detail::Float32Steps h(s, cfg.wire, op, cfg.world_size, static_cast<const float *>(send),
-                               static_cast<float *>(recv), local_exp, agreed);
-        h.prepare(cfg.rank); // throws before anything is sent
-        round = call.round;
-        run(s, call, h, last);
-    }
-    finish_call(t0, dropped);
-}
-
 void Communicator::allreduce(const void *send, void *recv, size_t count, DType dtype, ReduceOp op) {
     Impl &m = *impl_;
-    m.check_usable("allreduce");
-    m.last = CommStats{};
+    m.begin("allreduce");
     if (count == 0)
         return;
     check_buffers("allreduce", send, recv, count);
-    if (m.roce)
-        m.run_roce({detail::RocePrim::AllReduce, dtype, op, 0, send, recv, count}, "allreduce");
-    else
-        m.star_allreduce(send, recv, count, dtype, op, "allreduce");
+    m.run({detail::Prim::AllReduce, dtype, wire_op("allreduce", dtype, op), 0, send, recv, count},
+          "allreduce");
+    if (op == ReduceOp::Avg)
+        divide(recv, count, m.cfg.world_size);
 }
 
 void Communicator::reduce(const void *send, void *recv, size_t count, DType dtype, ReduceOp op,
                           uint32_t root) {
     Impl &m = *impl_;
-    m.check_usable("reduce");
-    m.last = CommStats{};
+    m.begin("reduce");
     m.check_root("reduce", root);
     if (count == 0)
         return;
@@ -300,41 +283,67 @@ void Communicator::reduce(const void *send, void *recv, size_t count, DType dtyp
         throw std::invalid_argument("reduce: null send buffer");
     if (is_root)
         check_buffers("reduce", send, recv, count);
-    if (m.roce) {
-        m.run_roce(
-            {detail::RocePrim::Reduce, dtype, op, root, send, is_root ? recv : nullptr, count},
-            "reduce");
-        return;
-    }
-    if (is_root) {
-        m.star_allreduce(send, recv, count, dtype, op, "reduce");
-        return;
-    }
-    m.scratch.resize(count); // the result nobody asked for lands here
-    m.star_allreduce(send, m.scratch.data(), count, dtype, op, "reduce");
+    m.run({detail::Prim::Reduce, dtype, wire_op("reduce", dtype, op), root, send,
+           is_root ? recv : nullptr, count},
+          "reduce");
+    if (is_root && op == ReduceOp::Avg)
+        divide(recv, count, m.cfg.world_size);
 }
 
 void Communicator::broadcast(void *buf, size_t count, DType dtype, uint32_t root) {
     Impl &m = *impl_;
-    m.check_usable("broadcast");
-    m.last = CommStats{};
+    m.begin("broadcast");
     m.check_root("broadcast", root);
     if (count == 0)
         return;
     if (!buf)
         throw std::invalid_argument("broadcast: null buffer");
-    if (m.roce) {
-        m.run_roce({detail::RocePrim::Broadcast, dtype, ReduceOp::Sum, root, buf, buf, count},
-                   "broadcast");
+    m.run({detail::Prim::Broadcast, dtype, ReduceOp::Sum, root, buf, buf, count}, "broadcast");
+}
+
+void Communicator::allgather(const void *send, void *recv, size_t count, DType dtype) {
+    Impl &m = *impl_;
+    m.begin("allgather");
+    if (count == 0)
         return;
+    if (!send || !recv)
+        throw std::invalid_argument("allgather: null buffer");
+    const size_t n = count * m.cfg.world_size;
+    auto *out = static_cast<int32_t *>(recv);
+    int32_t *own = out + m.cfg.rank * count;
+    if (send != own) {
+        auto s0 = reinterpret_cast<uintptr_t>(send), r0 = reinterpret_cast<uintptr_t>(recv);
+        if (s0 < r0 + 4 * n && r0 < s0 + 4 * count)
+            throw std::invalid_argument(
+                fmt::format("allgather: send overlaps recv without being rank {}'s block of it "
+                            "(in place needs send == recv + rank * count)",
+                            m.cfg.rank));
+        std::memcpy(own, send, 4 * count);
     }
-    // The root's bits plus zeros from everyone else: exact for any dtype.
-    if (m.cfg.rank == root) {
-        m.star_allreduce(buf, buf, count, DType::Int32, ReduceOp::Sum, "broadcast");
+    (void)dtype; // the bits travel as they are
+    // Every rank's bits plus zeros from the others: exact for any dtype.
+    std::fill(out, own, 0);
+    std::fill(own + count, out + n, 0);
+    m.run({detail::Prim::AllReduce, DType::Int32, ReduceOp::Sum, 0, out, out, n}, "allgather");
+}
+
+void Communicator::reduce_scatter(const void *send, void *recv, size_t count, DType dtype,
+                                  ReduceOp op) {
+    Impl &m = *impl_;
+    m.begin("reduce_scatter");
+    if (count == 0)
         return;
-    }
-    m.scratch.assign(count, 0);
-    m.star_allreduce(m.scratch.data(), buf, count, DType::Int32, ReduceOp::Sum, "broadcast");
+    if (!send || !recv)
+        throw std::invalid_argument("reduce_scatter: null buffer");
+    const size_t n = count * m.cfg.world_size;
+    // The whole reduction lands in scratch, so recv may overlap send freely.
+    m.scatter.resize(n);
+    m.run({detail::Prim::AllReduce, dtype, wire_op("reduce_scatter", dtype, op), 0, send,
+           m.scatter.data(), n},
+          "reduce_scatter");
+    std::memmove(recv, m.scatter.data() + m.cfg.rank * count, 4 * count);
+    if (op == ReduceOp::Avg)
+        divide(recv, count, m.cfg.world_size);
 }
 
 void Communicator::allreduce(std::span<const int32_t> send, std::span<int32_t> recv, ReduceOp op) {
@@ -353,14 +362,8 @@ void Communicator::allreduce(std::span<const float> send, std::span<float> recv,
 
 void Communicator::barrier() {
     Impl &m = *impl_;
-    m.check_usable("barrier");
-    m.last = CommStats{};
-    if (m.roce) {
-        m.run_roce({detail::RocePrim::Barrier}, "barrier");
-        return;
-    }
-    int32_t v = 0;
-    m.star_allreduce(&v, &v, 1, DType::Int32, ReduceOp::Sum, "barrier");
+    m.begin("barrier");
+    m.run({detail::Prim::Barrier}, "barrier");
 }
 
 void Communicator::close() {
@@ -368,30 +371,9 @@ void Communicator::close() {
     if (m.closed)
         return;
     m.check_usable("close");
-    if (m.roce) {
-        // Nothing to park: a new connection starts from idx 0 once the
-        // switches were reset (docs/ROCE.md §4).
-        m.closed = true;
-        return;
-    }
-    // Slots used an odd number of times get one empty packet in set 1.
-    m.lane_slots.clear();
-    m.base_sets.clear();
-    for (uint32_t slot = 0; slot < m.cfg.window; ++slot) {
-        if (m.next_set[slot]) {
-            m.lane_slots.push_back(uint16_t(slot));
-            m.base_sets.push_back(1);
-        }
-    }
-    if (!m.lane_slots.empty()) {
-        auto s = detail::Schedule::single_steps(uint32_t(m.lane_slots.size()));
-        detail::CallInfo call{m.round + 1, ReduceOp::Sum, DType::Int32, "close"};
-        detail::EmptySteps h(m.cfg.wire, m.cfg.effective_elems_per_packet());
-        m.round = call.round;
-        CommStats st;
-        m.run(s, call, h, st);
-        m.total += st;
-    }
+    CommStats st;
+    m.backend->close(st);
+    m.total += st;
     m.closed = true;
 }
 

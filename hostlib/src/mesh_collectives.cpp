@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <stdexcept>
 
 namespace incxdp::mesh {
 namespace {
@@ -26,6 +27,7 @@ template <typename T> void reduce_into(T *dst, const T *src, size_t n, ReduceOp 
     for (size_t i = 0; i < n; i++) {
         switch (op) {
         case ReduceOp::Sum:
+        case ReduceOp::Avg: // refused before the ring starts; a sum if it were not
             if constexpr (std::is_same_v<T, int32_t>)
                 dst[i] = static_cast<int32_t>(static_cast<uint32_t>(dst[i]) +
                                               static_cast<uint32_t>(src[i])); // wraps
@@ -257,6 +259,12 @@ uint64_t Ring::retransmissions() const {
 
 namespace {
 // The two lanes' positions: lane 1 runs the ring backwards.
+// ReduceOp::Avg (a Communicator's sum-then-divide) has no ring reduction here.
+void refuse_avg(ReduceOp op, const char *what) {
+    if (op == ReduceOp::Avg)
+        throw std::invalid_argument(
+            fmt::format("mesh ring {}: op avg is not supported; use sum and divide", what));
+}
 size_t lane_q(size_t lane, size_t pos, size_t p) {
     return lane == 0 ? pos : (p - pos) % p;
 }
@@ -267,6 +275,7 @@ size_t lane_pos(size_t lane, size_t x, size_t p) {
 } // namespace
 
 void Ring::allreduce(void *buf, size_t count, DType dtype, ReduceOp op) {
+    refuse_avg(op, "allreduce");
     size_t p = size();
     if (p == 1 || count == 0)
         return;
@@ -287,6 +296,7 @@ void Ring::allreduce(void *buf, size_t count, DType dtype, ReduceOp op) {
 }
 
 void Ring::reduce_scatter(const void *in, void *out, size_t count, DType dtype, ReduceOp op) {
+    refuse_avg(op, "reduce_scatter");
     size_t p = size();
     std::vector<uint8_t> work(static_cast<const uint8_t *>(in),
                               static_cast<const uint8_t *>(in) + p * count * 4);

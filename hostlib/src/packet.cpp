@@ -22,6 +22,7 @@ static_assert(sizeof(switchml_hdr) == SWITCHML_HDR_LEN && SWITCHML_HDR_LEN == kS
 uint8_t wire_op(ReduceOp op) {
     switch (op) {
     case ReduceOp::Sum:
+    case ReduceOp::Avg: // a sum on the wire; the host divides
         return INCXDP_OP_SUM;
     case ReduceOp::Max:
         return INCXDP_OP_MAX;

@@ -19,6 +19,8 @@ std::string_view to_string(ReduceOp op) {
         return "max";
     case ReduceOp::Min:
         return "min";
+    case ReduceOp::Avg:
+        return "avg";
     }
     return "?";
 }
@@ -42,7 +44,9 @@ ReduceOp parse_op(std::string_view s) {
         return ReduceOp::Max;
     if (s == "min")
         return ReduceOp::Min;
-    throw std::invalid_argument("unknown op '" + std::string(s) + "' (sum, max, min)");
+    if (s == "avg")
+        return ReduceOp::Avg;
+    throw std::invalid_argument("unknown op '" + std::string(s) + "' (sum, max, min, avg)");
 }
 
 Wire parse_wire(std::string_view s) {
@@ -56,6 +60,7 @@ Wire parse_wire(std::string_view s) {
 int32_t op_identity(ReduceOp op) {
     switch (op) {
     case ReduceOp::Sum:
+    case ReduceOp::Avg:
         return 0;
     case ReduceOp::Max:
         return std::numeric_limits<int32_t>::min();

@@ -6,6 +6,7 @@
 
 #include <incxdp/proto.h>
 #include <incxdp/quantize.h>
+#include <incxdp/roce.h>
 
 #include <fmt/format.h>
 
@@ -27,11 +28,11 @@ uint8_t roce_op(ReduceOp op) {
     }
 }
 
-uint8_t roce_prim(RocePrim p) {
+uint8_t roce_prim(Prim p) {
     switch (p) {
-    case RocePrim::Reduce:
+    case Prim::Reduce:
         return ROCE_PRIM_REDUCE;
-    case RocePrim::Broadcast:
+    case Prim::Broadcast:
         return ROCE_PRIM_BROADCAST;
     default:
         return ROCE_PRIM_ALLREDUCE;
@@ -45,11 +46,11 @@ void fill_be32(std::byte *p, uint32_t from, uint32_t to, int32_t v) {
 
 } // namespace
 
-RoceSteps::RoceSteps(const RoceCall &c, uint32_t rank, uint32_t world, uint32_t per_packet,
+RoceSteps::RoceSteps(const Call &c, uint32_t rank, uint32_t world, uint32_t per_packet,
                      std::vector<int8_t> &exps, bool pad_broadcast)
     : c_(c), rank_(rank), world_(world), per_(per_packet), pad_broadcast_(pad_broadcast),
       exps_(exps) {
-    if (c_.prim == RocePrim::Barrier) {
+    if (c_.prim == Prim::Barrier) {
         chunks_ = 1;
         return;
     }
@@ -62,7 +63,7 @@ RoceSteps::RoceSteps(const RoceCall &c, uint32_t rank, uint32_t world, uint32_t 
 
 bool RoceSteps::float_sum() const {
     return c_.dtype == DType::Float32 && c_.op == ReduceOp::Sum &&
-           (c_.prim == RocePrim::AllReduce || c_.prim == RocePrim::Reduce);
+           (c_.prim == Prim::AllReduce || c_.prim == Prim::Reduce);
 }
 
 uint32_t RoceSteps::chunk_elems(uint64_t c) const {
@@ -74,7 +75,7 @@ uint32_t RoceSteps::exps_in(uint64_t e) const {
 }
 
 void RoceSteps::prepare(const char *what) {
-    bool reduces = c_.prim == RocePrim::AllReduce || c_.prim == RocePrim::Reduce;
+    bool reduces = c_.prim == Prim::AllReduce || c_.prim == Prim::Reduce;
     if (c_.dtype != DType::Float32 || !reduces)
         return; // Broadcast copies bits, Barrier has none
     const float *x = static_cast<const float *>(c_.send);
@@ -101,7 +102,7 @@ bool RoceSteps::ready(uint64_t k) const {
 uint32_t RoceSteps::build(uint64_t k, std::span<std::byte> payload, uint32_t &imm) {
     std::byte *p = payload.data();
     uint8_t dtype = c_.dtype == DType::Float32 ? ROCE_DTYPE_FLOAT32 : ROCE_DTYPE_INT32;
-    if (c_.prim == RocePrim::Barrier) {
+    if (c_.prim == Prim::Barrier) {
         imm = roce_imm_make(ROCE_IMM_ALL_RANKS, ROCE_PRIM_ALLREDUCE, ROCE_OPR_BARRIER,
                             ROCE_DTYPE_INT32);
         return 0;
@@ -119,12 +120,12 @@ uint32_t RoceSteps::build(uint64_t k, std::span<std::byte> payload, uint32_t &im
     }
     uint64_t c = k - exp_packets_;
     uint32_t real = chunk_elems(c), n = round_up(real, INCXDP_ELEM_QUANTUM);
-    uint16_t dest = c_.prim == RocePrim::AllReduce ? ROCE_IMM_ALL_RANKS : uint16_t(c_.root);
-    uint8_t op = c_.prim == RocePrim::Broadcast ? uint8_t(ROCE_OPR_SUM) : roce_op(c_.op);
+    uint16_t dest = c_.prim == Prim::AllReduce ? ROCE_IMM_ALL_RANKS : uint16_t(c_.root);
+    uint8_t op = c_.prim == Prim::Broadcast ? uint8_t(ROCE_OPR_SUM) : roce_op(c_.op);
     imm = roce_imm_make(dest, roce_prim(c_.prim), op, dtype);
     const int32_t *bits = static_cast<const int32_t *>(c_.send) + c * per_;
 
-    if (c_.prim == RocePrim::Broadcast) {
+    if (c_.prim == Prim::Broadcast) {
         if (rank_ != c_.root) {
             if (!pad_broadcast_)
                 return 0;
@@ -153,18 +154,18 @@ uint32_t RoceSteps::build(uint64_t k, std::span<std::byte> payload, uint32_t &im
 }
 
 uint32_t RoceSteps::result_elems(uint64_t k) const {
-    if (c_.prim == RocePrim::Barrier)
+    if (c_.prim == Prim::Barrier)
         return 0;
     if (k < exp_packets_)
         return round_up(exps_in(k), INCXDP_ELEM_QUANTUM);
     uint32_t n = round_up(chunk_elems(k - exp_packets_), INCXDP_ELEM_QUANTUM);
-    if (c_.prim == RocePrim::Reduce && rank_ != c_.root)
+    if (c_.prim == Prim::Reduce && rank_ != c_.root)
         return 0; // a completion
     return n;
 }
 
 void RoceSteps::consume(uint64_t k, std::span<const std::byte> payload) {
-    if (c_.prim == RocePrim::Barrier || payload.empty())
+    if (c_.prim == Prim::Barrier || payload.empty())
         return;
     const std::byte *p = payload.data();
     if (k < exp_packets_) {
@@ -177,7 +178,7 @@ void RoceSteps::consume(uint64_t k, std::span<const std::byte> payload) {
     uint64_t c = k - exp_packets_;
     uint32_t real = chunk_elems(c);
     int32_t *out = static_cast<int32_t *>(c_.recv) + c * per_;
-    if (c_.dtype == DType::Int32 || c_.prim == RocePrim::Broadcast) {
+    if (c_.dtype == DType::Int32 || c_.prim == Prim::Broadcast) {
         load_be32_n(out, p, real);
     } else if (c_.op == ReduceOp::Sum) {
         double inv = quant::pow2(-quant::scale_shift(exps_[c], headroom_));

@@ -5,7 +5,8 @@
 // float32 MAX/MIN through an order-preserving int32 mapping.
 #pragma once
 
-#include "roce_engine.h"
+#include "engine_backend.h"
+#include "roce_packets.h"
 
 #include <incxdp/reduce_op.h>
 
@@ -15,23 +16,11 @@
 
 namespace incxdp::detail {
 
-enum class RocePrim : uint8_t { AllReduce, Reduce, Broadcast, Barrier };
-
 /// The int32 a float32's bits map to so that int32 order is float order
 /// (`b < 0 ? b ^ 0x7fffffff : b`); the mapping is its own inverse.
 inline int32_t float_order_key(int32_t bits) {
     return bits < 0 ? bits ^ 0x7fffffff : bits;
 }
-
-struct RoceCall {
-    RocePrim prim = RocePrim::AllReduce;
-    DType dtype = DType::Int32;
-    ReduceOp op = ReduceOp::Sum;
-    uint32_t root = 0; ///< Reduce/Broadcast
-    const void *send = nullptr;
-    void *recv = nullptr; ///< Broadcast: the buffer (send == recv); Reduce: root only
-    size_t count = 0;
-};
 
 class RoceSteps final : public RocePackets {
   public:
@@ -40,7 +29,7 @@ class RoceSteps final : public RocePackets {
     /// packet's size instead of nothing, which the switches ignore: for
     /// hosts whose frames the switch cannot grow into the data (an RDMA
     /// device's skb-built frames on veth, docs/ROCE.md §6).
-    RoceSteps(const RoceCall &c, uint32_t rank, uint32_t world, uint32_t per_packet,
+    RoceSteps(const Call &c, uint32_t rank, uint32_t world, uint32_t per_packet,
               std::vector<int8_t> &exps, bool pad_broadcast = false);
     /// Check float input (NaN/Inf) and compute the local exponents; throws
     /// std::invalid_argument naming the element before anything is sent.
@@ -57,7 +46,7 @@ class RoceSteps final : public RocePackets {
     uint32_t exps_in(uint64_t e) const; ///< exponent fields in pre-pass packet e
     bool float_sum() const;
 
-    RoceCall c_;
+    Call c_;
     uint32_t rank_, world_, per_;
     bool pad_broadcast_;
     uint64_t chunks_ = 0;      ///< data packets (Barrier: 1, empty)

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // incxdp-worker: one rank of a job, bootstrapped from a topology file. Runs
-// N iterations of one collective (allreduce, reduce, broadcast, barrier) on
+// N iterations of one collective (allreduce, reduce, broadcast, barrier,
+// allgather, reduce-scatter) on
 // deterministic data and optionally verifies every result against a local
 // recomputation of all ranks' data.
 #include "tool_common.h"
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <stdexcept>
 #include <variant>
 #include <vector>
 
@@ -61,13 +63,19 @@ VerifyResult check(const Options &o, const CommConfig &cfg, Prim prim, ReduceOp 
         return {};
     if (prim == Prim::Broadcast)
         return verify_broadcast(bits, o.boot.seed, o.coll.root, parse_dtype(o.boot.dtype));
+    if (prim == Prim::AllGather)
+        return verify_allgather(bits, o.boot.seed, cfg.world_size, parse_dtype(o.boot.dtype));
+    // reduce-scatter: this rank's block of the reduction
+    const uint64_t first = prim == Prim::ReduceScatter ? uint64_t(cfg.rank) * recv.size() : 0;
+    reduced = reduced || prim == Prim::ReduceScatter;
     if (!reduced)
         return verify_untouched(bits, kUntouched);
     if constexpr (std::is_same_v<T, int32_t>)
-        return verify_int32(recv, o.boot.seed, cfg.world_size, op);
+        return verify_int32(recv, o.boot.seed, cfg.world_size, op, first);
     else
         return verify_float32(recv, o.boot.seed, cfg.world_size, op,
-                              cfg.effective_elems_per_packet());
+                              cfg.effective_elems_per_packet(), first,
+                              uint64_t(cfg.world_size) * recv.size());
 }
 
 // Runs the iterations; returns false if a verification failed.
@@ -77,11 +85,22 @@ template <typename T> bool run(Communicator &comm, const Options &o, uint64_t by
     ReduceOp op = parse_op(o.boot.op);
     Prim prim = parse_prim(o.coll.prim);
     size_t count = prim == Prim::Barrier ? 0 : bytes / 4;
-    std::vector<T> send(count), recv(count);
+    // allgather and reduce-scatter: --size is the whole buffer (allgather's
+    // recv, reduce-scatter's send), of world_size blocks of `count`.
+    size_t send_n = count, recv_n = count;
+    if (prim == Prim::AllGather || prim == Prim::ReduceScatter) {
+        if (count % cfg.world_size != 0)
+            throw std::invalid_argument(fmt::format("{}: --size {} is not {} equal blocks of whole "
+                                                    "elements",
+                                                    to_string(prim), bytes, cfg.world_size));
+        count /= cfg.world_size;
+        (prim == Prim::AllGather ? send_n : recv_n) = count;
+    }
+    std::vector<T> send(send_n), recv(recv_n);
     fill(std::span<T>(send), o.boot.seed, cfg.rank);
-    std::string what = prim == Prim::AllReduce || prim == Prim::Barrier
-                           ? std::string(to_string(prim))
-                           : fmt::format("{} (root {})", to_string(prim), o.coll.root);
+    std::string what = prim == Prim::Reduce || prim == Prim::Broadcast
+                           ? fmt::format("{} (root {})", to_string(prim), o.coll.root)
+                           : std::string(to_string(prim));
 
     bool all_ok = true;
     for (uint32_t it = 0; it < o.iters; ++it) {
@@ -119,9 +138,10 @@ template <typename T> bool run(Communicator &comm, const Options &o, uint64_t by
                 fmt::print("rank {}: {} {} {}{}: {:.3f} s, {:.1f} MB/s algbw, retx {}, rx drops "
                            "{}, bad icrc {}{}\n",
                            cfg.rank, what, format_size(bytes), o.boot.dtype,
-                           prim == Prim::Broadcast ? "" : " " + o.boot.op, st.seconds,
-                           algbw_mbps(bytes, st.seconds), st.retransmissions, st.rx_dropped,
-                           st.bad_icrc, verdict);
+                           prim == Prim::Broadcast || prim == Prim::AllGather ? ""
+                                                                              : " " + o.boot.op,
+                           st.seconds, algbw_mbps(bytes, st.seconds), st.retransmissions,
+                           st.rx_dropped, st.bad_icrc, verdict);
             // What recovered the frames resent or dropped: enough to tell a
             // lossy link (NAKs) from a starved rank (timeouts, duplicates).
             if (st.retransmissions > 0 || st.rx_dropped > 0)

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -32,71 +31,14 @@ uint64_t element_hash(uint64_t seed, uint32_t rank, uint64_t index) {
     return splitmix64(key + index * 0x9E3779B97F4A7C15ull);
 }
 
-std::string lower(std::string_view s) {
-    std::string r(s);
-    for (char &c : r)
-        c = char(std::tolower(static_cast<unsigned char>(c)));
-    return r;
-}
-
 } // namespace
 
 uint64_t parse_size(std::string_view text) {
-    std::string s = lower(text);
-    size_t digits = 0;
-    while (digits < s.size() && std::isdigit(static_cast<unsigned char>(s[digits])))
-        ++digits;
-    auto bad = [&](const char *why) {
-        return std::invalid_argument(fmt::format("size '{}': {}", text, why));
-    };
-    if (digits == 0 || digits > 18)
-        throw bad("expected a number of bytes with an optional K/M/G suffix, e.g. 64M");
-    uint64_t n = std::stoull(s.substr(0, digits));
-    std::string suffix = s.substr(digits);
-    for (const char *tail : {"ib", "b", "i"}) {
-        if (suffix.size() > 1 && suffix.ends_with(tail)) {
-            suffix.resize(suffix.size() - std::string_view(tail).size());
-            break;
-        }
-    }
-    unsigned shift = 0;
-    if (suffix == "k")
-        shift = 10;
-    else if (suffix == "m")
-        shift = 20;
-    else if (suffix == "g")
-        shift = 30;
-    else if (!(suffix.empty() || suffix == "b"))
-        throw bad("unknown suffix (K, M, G: binary multiples)");
-    if (n > (std::numeric_limits<uint64_t>::max() >> shift))
-        throw bad("too large");
-    n <<= shift;
-    if (n % 4 != 0)
-        throw bad("not a multiple of 4 bytes (one element)");
-    return n;
+    return util::parse_size(text, 4);
 }
 
 std::vector<uint64_t> parse_size_list(std::string_view s) {
-    std::vector<uint64_t> out;
-    size_t pos = 0;
-    while (pos <= s.size()) {
-        size_t comma = s.find(',', pos);
-        if (comma == std::string_view::npos)
-            comma = s.size();
-        out.push_back(parse_size(s.substr(pos, comma - pos)));
-        pos = comma + 1;
-    }
-    return out;
-}
-
-std::string format_size(uint64_t bytes) {
-    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (u < 4 && bytes >= 1024 && bytes % 1024 == 0) {
-        bytes /= 1024;
-        ++u;
-    }
-    return fmt::format("{} {}", bytes, units[u]);
+    return util::parse_size_list(s, 4);
 }
 
 void add_bootstrap_options(CLI::App &app, BootstrapOptions &o) {
@@ -107,16 +49,17 @@ void add_bootstrap_options(CLI::App &app, BootstrapOptions &o) {
         ->check(CLI::IsMember({"int32", "float32"}))
         ->capture_default_str();
     app.add_option("--op", o.op, "Reduction")
-        ->check(CLI::IsMember({"sum", "max", "min"}))
+        ->check(CLI::IsMember({"sum", "max", "min", "avg"}))
         ->capture_default_str();
     app.add_option("--wire", o.wire, "Header spoken to the switch")
         ->check(CLI::IsMember({"native", "switchml"}))
         ->capture_default_str();
     app.add_option("--transport", o.transport,
-                   "udp socket, afxdp socket (root) on the worker's interface, or for a "
-                   "roce-tree job roce (RoCEv2 over AF_XDP, root) or verbs (an RDMA device's RC "
-                   "QP) (default: roce for roce-tree jobs, else udp)")
-        ->check(CLI::IsMember({"udp", "afxdp", "roce", "verbs"}));
+                   "auto (afxdp where it attaches, else udp, saying why), udp socket, afxdp "
+                   "socket (root) on the worker's interface, or for a roce-tree job roce (RoCEv2 "
+                   "over AF_XDP, root) or verbs (an RDMA device's RC QP) (default: roce for "
+                   "roce-tree jobs, else auto)")
+        ->check(CLI::IsMember({"auto", "udp", "afxdp", "roce", "verbs"}));
     app.add_option("--verbs-device", o.verbs_device,
                    "verbs: RDMA device (default: the one whose RoCEv2 GID is the rank's IP)");
     app.add_option("--verbs-ack-timeout", o.verbs_ack_timeout,
@@ -194,18 +137,7 @@ int stop_signal() { return g_stop_signal; }
 CommConfig make_config(const BootstrapOptions &o) {
     CommConfig c = CommConfig::from_topology(o.topo, o.job, o.rank);
     c.wire = parse_wire(o.wire);
-    if (!o.transport.empty()) {
-        const bool tree = c.roce_tree();
-        c.transport = parse_transport(o.transport);
-        if (tree != c.roce_tree())
-            throw std::invalid_argument(
-                tree ? fmt::format("job {} of {} is a roce-tree job: run it with --transport roce "
-                                   "or verbs",
-                                   o.job, o.topo)
-                     : fmt::format("job {} of {} is a star job: --transport {} needs a `kind: "
-                                   "roce-tree` job",
-                                   o.job, o.topo, o.transport));
-    }
+    c.use_transport(o.transport, fmt::format("job {} of {}", o.job, o.topo));
     if (c.transport != TransportKind::Verbs && !(o.verbs_device.empty() && o.publish_qpn.empty()))
         throw std::invalid_argument("--verbs-device and --publish-qpn need --transport verbs");
     c.verbs.device = o.verbs_device;
@@ -287,15 +219,15 @@ void note_mismatch(VerifyResult &r, uint64_t i, double got, double want, double 
 
 } // namespace
 
-VerifyResult verify_int32(std::span<const int32_t> got, uint64_t seed, uint32_t world,
-                          ReduceOp op) {
+VerifyResult verify_int32(std::span<const int32_t> got, uint64_t seed, uint32_t world, ReduceOp op,
+                          uint64_t first) {
     VerifyResult r;
     for (size_t i = 0; i < got.size(); ++i) {
         uint32_t sum = 0;
         int32_t mx = std::numeric_limits<int32_t>::min();
         int32_t mn = std::numeric_limits<int32_t>::max();
         for (uint32_t k = 0; k < world; ++k) {
-            int32_t v = gen_int32(seed, k, i);
+            int32_t v = gen_int32(seed, k, first + i);
             sum += uint32_t(v); // wraps like the switch
             mx = std::max(mx, v);
             mn = std::min(mn, v);
@@ -308,33 +240,60 @@ VerifyResult verify_int32(std::span<const int32_t> got, uint64_t seed, uint32_t 
 }
 
 VerifyResult verify_float32(std::span<const float> got, uint64_t seed, uint32_t world, ReduceOp op,
-                            uint32_t per_packet) {
+                            uint32_t per_packet, uint64_t first, uint64_t total) {
     VerifyResult r;
+    const bool avg = op == ReduceOp::Avg;
+    const ReduceOp wop = avg ? ReduceOp::Sum : op; // what the switches computed
     std::vector<float> block(size_t(world) * per_packet);
-    for (size_t begin = 0; begin < got.size(); begin += per_packet) {
-        size_t n = std::min<size_t>(per_packet, got.size() - begin);
+    const uint64_t end = first + got.size();
+    const uint64_t whole = std::max(total, end);
+    // Blocks of the whole buffer: [b, b + per_packet) from the block holding first.
+    for (uint64_t b = first / per_packet * per_packet; b < end; b += per_packet) {
+        size_t n = size_t(std::min<uint64_t>(per_packet, whole - b));
         int8_t agreed = int8_t(quant::kMinExpField);
         for (uint32_t k = 0; k < world; ++k) {
             std::span<float> mine(block.data() + size_t(k) * per_packet, n);
             for (size_t i = 0; i < n; ++i)
-                mine[i] = gen_float32(seed, k, begin + i);
+                mine[i] = gen_float32(seed, k, b + i);
             agreed = std::max(agreed, quant::block_exponent(mine));
         }
-        for (size_t i = 0; i < n; ++i) {
-            double want = op == ReduceOp::Sum ? 0.0 : op == ReduceOp::Max ? -INFINITY : INFINITY;
+        for (size_t i = 0; i < n && b + i < end; ++i) {
+            if (b + i < first)
+                continue;
+            double want = wop == ReduceOp::Sum ? 0.0 : wop == ReduceOp::Max ? -INFINITY : INFINITY;
             for (uint32_t k = 0; k < world; ++k) {
                 double v = block[size_t(k) * per_packet + i];
-                want = op == ReduceOp::Sum   ? want + v
-                       : op == ReduceOp::Max ? std::max(want, v)
-                                             : std::min(want, v);
+                want = wop == ReduceOp::Sum   ? want + v
+                       : wop == ReduceOp::Max ? std::max(want, v)
+                                              : std::min(want, v);
             }
-            double bound = quant::result_bound(agreed, world, op, want);
-            double err = std::fabs(double(got[begin + i]) - want);
+            double bound = quant::result_bound(agreed, world, wop, want);
+            if (avg) {
+                want /= world;
+                bound /= world;
+            }
+            size_t at = size_t(b + i - first);
+            double err = std::fabs(double(got[at]) - want);
             r.max_err = std::max(r.max_err, err);
             r.max_err_over_bound = std::max(r.max_err_over_bound, err / bound);
             if (!(err <= bound))
-                note_mismatch(r, begin + i, got[begin + i], want, bound);
+                note_mismatch(r, at, got[at], want, bound);
         }
+    }
+    return r;
+}
+
+VerifyResult verify_allgather(std::span<const int32_t> got_bits, uint64_t seed, uint32_t world,
+                              DType dtype) {
+    VerifyResult r;
+    const size_t count = world ? got_bits.size() / world : 0;
+    for (size_t i = 0; i < got_bits.size(); ++i) {
+        uint32_t k = uint32_t(i / count);
+        uint64_t idx = i % count;
+        int32_t want = dtype == DType::Int32 ? gen_int32(seed, k, idx)
+                                             : std::bit_cast<int32_t>(gen_float32(seed, k, idx));
+        if (got_bits[i] != want)
+            note_mismatch(r, i, got_bits[i], want, 0);
     }
     return r;
 }
@@ -348,8 +307,14 @@ Prim parse_prim(std::string_view s) {
         return Prim::Broadcast;
     if (s == "barrier")
         return Prim::Barrier;
+    if (s == "allgather")
+        return Prim::AllGather;
+    if (s == "reduce-scatter" || s == "reduce_scatter")
+        return Prim::ReduceScatter;
     throw std::invalid_argument(
-        fmt::format("collective '{}': expected allreduce, reduce, broadcast or barrier", s));
+        fmt::format("collective '{}': expected allreduce, reduce, broadcast, barrier, allgather or "
+                    "reduce-scatter",
+                    s));
 }
 
 const char *to_string(Prim p) {
@@ -360,6 +325,10 @@ const char *to_string(Prim p) {
         return "broadcast";
     case Prim::Barrier:
         return "barrier";
+    case Prim::AllGather:
+        return "allgather";
+    case Prim::ReduceScatter:
+        return "reduce-scatter";
     default:
         return "allreduce";
     }
@@ -367,7 +336,8 @@ const char *to_string(Prim p) {
 
 void add_collective_options(CLI::App &app, CollectiveOptions &o) {
     app.add_option("--prim", o.prim, "Collective")
-        ->check(CLI::IsMember({"allreduce", "reduce", "broadcast", "barrier"}))
+        ->check(CLI::IsMember(
+            {"allreduce", "reduce", "broadcast", "barrier", "allgather", "reduce-scatter"}))
         ->capture_default_str();
     app.add_option("--root", o.root, "Root rank of reduce and broadcast")->capture_default_str();
 }
@@ -386,6 +356,12 @@ void run_collective(Communicator &comm, Prim prim, uint32_t root, const void *se
         break;
     case Prim::Barrier:
         comm.barrier();
+        break;
+    case Prim::AllGather:
+        comm.allgather(send, recv, count, dtype);
+        break;
+    case Prim::ReduceScatter:
+        comm.reduce_scatter(send, recv, count, dtype, op);
         break;
     }
 }
@@ -413,10 +389,6 @@ VerifyResult verify_untouched(std::span<const int32_t> got_bits, int32_t marker)
         if (got_bits[i] != marker)
             note_mismatch(r, i, got_bits[i], marker, 0);
     return r;
-}
-
-double algbw_mbps(uint64_t bytes, double seconds) {
-    return seconds > 0 ? double(bytes) / seconds / 1e6 : 0.0;
 }
 
 } // namespace incxdp::tools

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <incxdp/communicator.h>
+#include <incxdp/util/size.h>
 
 #include <CLI/CLI.hpp>
 
@@ -15,13 +16,12 @@
 
 namespace incxdp::tools {
 
-/// "4096", "4K", "64M", "1G", "64MiB", "16kB": binary multiples. Throws
-/// std::invalid_argument naming the text. The result must be a multiple of 4.
+/// util::parse_size() of whole elements: the result must be a multiple of 4.
 uint64_t parse_size(std::string_view s);
 /// Comma-separated list of parse_size() values.
 std::vector<uint64_t> parse_size_list(std::string_view s);
-/// 4096 -> "4 KiB", 67108864 -> "64 MiB", 1000 -> "1000 B".
-std::string format_size(uint64_t bytes);
+using util::algbw_mbps;
+using util::format_size;
 
 /// Flags every tool takes to find its place in a job.
 struct BootstrapOptions {
@@ -31,7 +31,7 @@ struct BootstrapOptions {
     std::string dtype = "int32";
     std::string op = "sum";
     std::string wire = "native";
-    std::string transport; // udp | afxdp | roce | verbs; empty = roce for roce-tree jobs, else udp
+    std::string transport; // auto|udp|afxdp|roce|verbs; empty: roce-tree jobs roce, else auto
     std::string verbs_device;   // verbs: device name; empty = the one holding the rank's IP
     std::string publish_qpn;    // verbs: shell command run with the QP's number, see below
     uint8_t verbs_ack_timeout = VerbsOptions{}.ack_timeout;
@@ -67,7 +67,7 @@ const std::atomic<bool> *stop_on_signals();
 int stop_signal();
 
 /// Which collective a tool runs.
-enum class Prim { AllReduce, Reduce, Broadcast, Barrier };
+enum class Prim { AllReduce, Reduce, Broadcast, Barrier, AllGather, ReduceScatter };
 Prim parse_prim(std::string_view s); ///< throws std::invalid_argument
 const char *to_string(Prim p);
 
@@ -78,7 +78,9 @@ struct CollectiveOptions {
 void add_collective_options(CLI::App &app, CollectiveOptions &o);
 
 /// Run one collective: allreduce send -> recv; reduce send -> recv (root);
-/// broadcast recv in place (send unused); barrier (no data).
+/// broadcast recv in place (send unused); barrier (no data); allgather
+/// send (count) -> recv (world_size * count); reduce-scatter send
+/// (world_size * count) -> recv (count).
 void run_collective(Communicator &comm, Prim prim, uint32_t root, const void *send, void *recv,
                     size_t count, DType dtype, ReduceOp op);
 
@@ -104,17 +106,23 @@ struct VerifyResult {
 /// Recompute every rank's data and compare: int32 exactly (wrapping sum),
 /// float32 within quant::result_bound() of the exact result in double, using
 /// the block exponents the protocol agrees on (blocks of per_packet elements).
-VerifyResult verify_int32(std::span<const int32_t> got, uint64_t seed, uint32_t world, ReduceOp op);
+/// got[i] is element first + i of the reduction (reduce-scatter: a rank's
+/// block); blocks start at multiples of per_packet of the whole buffer.
+/// Avg: float32 only, the sum divided by world. `total`: elements of the
+/// whole buffer (0 = first + got.size()); a packet's exponent covers all of
+/// its elements, also those past the end of a rank's block.
+VerifyResult verify_int32(std::span<const int32_t> got, uint64_t seed, uint32_t world, ReduceOp op,
+                          uint64_t first = 0);
 VerifyResult verify_float32(std::span<const float> got, uint64_t seed, uint32_t world, ReduceOp op,
-                            uint32_t per_packet);
+                            uint32_t per_packet, uint64_t first = 0, uint64_t total = 0);
 
 /// Broadcast: every element's bits equal those of rank `root`'s data.
 VerifyResult verify_broadcast(std::span<const int32_t> got_bits, uint64_t seed, uint32_t root,
                               DType dtype);
+/// Allgather: block r of got_bits (count elements each) has rank r's bits.
+VerifyResult verify_allgather(std::span<const int32_t> got_bits, uint64_t seed, uint32_t world,
+                              DType dtype);
 /// Reduce on a non-root rank: recv still holds `marker` everywhere.
 VerifyResult verify_untouched(std::span<const int32_t> got_bits, int32_t marker);
-
-/// algbw in MB/s (10^6 bytes) for `bytes` in `seconds`.
-double algbw_mbps(uint64_t bytes, double seconds);
 
 } // namespace incxdp::tools

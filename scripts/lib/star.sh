@@ -27,7 +27,7 @@ fi
 
 star_require_root() {
   if [[ $EUID -ne 0 ]]; then
-    say "needs root (namespaces, XDP): sudo $0" >&2
+    say "needs root (namespaces, XDP): run $0 as root" >&2
     exit 1
   fi
 }
@@ -48,7 +48,9 @@ chaos_on=0
 
 # incxdp chaos on every link of the topology, extra flags appended.
 star_chaos() {
-  "$IX" chaos --topo "$TOPO" --prefix "$PREFIX" --all-links "$@"
+  # --xdp: inside the XDP programs, where AF_XDP frames (the workers'
+  # default transport) pass too; tc's hooks never see them.
+  "$IX" chaos --topo "$TOPO" --prefix "$PREFIX" --all-links --xdp "$@"
 }
 
 star_cleanup() {

@@ -92,7 +92,9 @@ class ChaosStar : public StarTopology {
                                             "1",           "--rank",   std::to_string(r), "--size",
                                             s.size,        "--dtype",  s.dtype,           "--wire",
                                             s.wire,        "--verify", "--deadline",      "300",
-                                            "-j"};
+                                            // tc's injector sits on the stack's path, which
+                                            // AF_XDP frames (the auto default) bypass
+                                            "--transport", "udp", "-j"};
         });
         RunOutcome o;
         bool failed = false;

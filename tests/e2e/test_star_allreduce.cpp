@@ -72,6 +72,34 @@ TEST_F(StarAllreduce, SeveralCollectivesInOneRun)
     allreduce({"256K", "int32", "sum", "native", 5});
 }
 
+// The collectives of issue 28 through the worker's default transport
+// (Auto): as root in the host namespaces AF_XDP attaches, so no worker
+// prints the fallback notice.
+TEST_F(StarAllreduce, AllGatherReduceScatterAvgOverAuto)
+{
+    reset_job();
+    const std::vector<std::vector<std::string>> runs = {
+        {"--prim", "allgather", "--size", "1M", "--dtype", "float32"},
+        {"--prim", "reduce-scatter", "--size", "1M", "--dtype", "int32", "--op", "max"},
+        {"--prim", "reduce-scatter", "--size", "1M", "--dtype", "float32", "--op", "avg"},
+        {"--size", "100000", "--dtype", "float32", "--op", "avg"},
+    };
+    for (const auto &extra : runs) {
+        auto res = on_all_workers([&](int r) {
+            std::vector<std::string> a{INCXDP_WORKER, "--topo", star_file(), "--job", "1", "--rank",
+                                       std::to_string(r), "--verify", "--deadline", "60"};
+            a.insert(a.end(), extra.begin(), extra.end());
+            return a;
+        });
+        for (size_t r = 0; r < res.size(); r++) {
+            EXPECT_EQ(res[r].status, 0) << extra[1] << ", rank " << r << ":\n" << res[r].out << res[r].err;
+            EXPECT_NE(res[r].out.find("verify OK"), std::string::npos) << extra[1] << ", rank " << r << ":\n"
+                                                                      << res[r].out;
+            EXPECT_EQ(res[r].err.find("not available"), std::string::npos) << "rank " << r << ":\n" << res[r].err;
+        }
+    }
+}
+
 // Workers that close their communicators leave the slots as a fresh run
 // expects them: runs follow each other without `incxdp job reset`, with
 // sizes whose chunk counts leave slots used an odd number of times.

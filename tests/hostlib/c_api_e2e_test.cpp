@@ -208,6 +208,42 @@ TEST(CApiE2E, ReduceBroadcastBarrier) {
     EXPECT_EQ(cl.sw().counters().mismatch, 0u);
 }
 
+// The C entry points of AllGather, ReduceScatter and AVG reach the
+// Communicator's (whose values collectives_test.cpp checks in depth).
+TEST(CApiE2E, AllGatherReduceScatterAvg) {
+    CCluster cl(4, 4, 20000);
+    const size_t n = 100;
+    std::vector<std::vector<int32_t>> in(4), gathered(4, std::vector<int32_t>(4 * n)),
+        scattered(4, std::vector<int32_t>(n / 4));
+    std::vector<std::vector<float>> fin(4), favg(4, std::vector<float>(n)),
+        fsum(4, std::vector<float>(n));
+    for (uint32_t r = 0; r < 4; ++r) {
+        in[r] = int_data(r, n, 91);
+        fin[r] = float_data(r, n, 92);
+    }
+    cl.parallel_ok([&](uint32_t r, incxdp_comm_t *c) {
+        incxdp_status_t st = incxdp_allgather(c, in[r].data(), gathered[r].data(), n, INCXDP_INT32);
+        if (st == INCXDP_OK)
+            st = incxdp_reduce_scatter(c, in[r].data(), scattered[r].data(), n / 4, INCXDP_INT32,
+                                       INCXDP_MIN);
+        if (st == INCXDP_OK)
+            st = incxdp_allreduce(c, fin[r].data(), fsum[r].data(), n, INCXDP_FLOAT32, INCXDP_SUM);
+        if (st == INCXDP_OK)
+            st = incxdp_allreduce(c, fin[r].data(), favg[r].data(), n, INCXDP_FLOAT32, INCXDP_AVG);
+        return st;
+    });
+    for (uint32_t r = 0; r < 4; ++r) {
+        for (uint32_t k = 0; k < 4; ++k)
+            ASSERT_EQ(std::memcmp(gathered[r].data() + k * n, in[k].data(), 4 * n), 0)
+                << "rank " << r << " block " << k;
+        for (size_t i = 0; i < n / 4; ++i)
+            ASSERT_EQ(scattered[r][i], int_want(in, r * (n / 4) + i, INCXDP_MIN))
+                << "rank " << r << " element " << i;
+        for (size_t i = 0; i < n; ++i)
+            ASSERT_EQ(favg[r][i], fsum[r][i] / 4.0f) << "rank " << r << " element " << i;
+    }
+}
+
 // Rank 1 never comes: rank 0's allreduce ends at the deadline, and the
 // communicator refuses further collectives.
 TEST(CApiE2E, MissingRankTimesOut) {

@@ -259,6 +259,45 @@ static void test_comm_errors(void)
 	incxdp_comm_destroy(NULL);
 }
 
+/* The collectives issue 28 added: argument checks and what is refused, all
+ * before anything is sent. */
+static void test_gather_scatter_avg_errors(void)
+{
+	int32_t a[8] = { 0 };
+	float f[8] = { 0 };
+	volatile float zero = 0.0f;
+	incxdp_comm_t *comm = loopback(NULL);
+	if (!comm)
+		return;
+	CHECK_STATUS(incxdp_allgather(NULL, a, a, 4, INCXDP_INT32), INCXDP_EINVAL);
+	CHECK_MSG(incxdp_last_error(NULL), "comm is NULL");
+	CHECK_STATUS(incxdp_allgather(comm, NULL, a, 4, INCXDP_INT32), INCXDP_EINVAL);
+	CHECK_MSG(incxdp_last_error(comm), "send is NULL");
+	CHECK_STATUS(incxdp_allgather(comm, a, a, 4, (incxdp_dtype_t)3), INCXDP_EINVAL);
+	CHECK_MSG(incxdp_last_error(comm), "dtype 3");
+	/* send overlaps recv but is not this rank's block of it */
+	CHECK_STATUS(incxdp_allgather(comm, a + 1, a, 4, INCXDP_INT32), INCXDP_EINVAL);
+	CHECK_MSG(incxdp_last_error(comm), "overlaps");
+	CHECK_STATUS(incxdp_reduce_scatter(comm, a, NULL, 4, INCXDP_INT32, INCXDP_SUM),
+		     INCXDP_EINVAL);
+	CHECK_MSG(incxdp_last_error(comm), "recv is NULL");
+	CHECK_STATUS(incxdp_reduce_scatter(comm, a, a, 4, INCXDP_INT32, (incxdp_op_t)4),
+		     INCXDP_EINVAL);
+	CHECK_MSG(incxdp_last_error(comm), "INCXDP_AVG (3)");
+	/* int32 has no average (torch and NCCL refuse it too) */
+	CHECK_STATUS(incxdp_allreduce(comm, a, a, 8, INCXDP_INT32, INCXDP_AVG), INCXDP_EINVAL);
+	CHECK_MSG(incxdp_last_error(comm), "avg");
+	CHECK_STATUS(incxdp_reduce_scatter(comm, a, a, 4, INCXDP_INT32, INCXDP_AVG), INCXDP_EINVAL);
+	CHECK_MSG(incxdp_last_error(comm), "int32");
+	f[3] = 1.0f / zero; /* infinite: refused before anything is sent */
+	CHECK_STATUS(incxdp_reduce_scatter(comm, f, f, 4, INCXDP_FLOAT32, INCXDP_AVG), INCXDP_EINVAL);
+	/* count 0 sends nothing */
+	CHECK_STATUS(incxdp_allgather(comm, NULL, NULL, 0, INCXDP_FLOAT32), INCXDP_OK);
+	CHECK_STATUS(incxdp_reduce_scatter(comm, NULL, NULL, 0, INCXDP_FLOAT32, INCXDP_AVG), INCXDP_OK);
+	CHECK_STATUS(incxdp_comm_close(comm), INCXDP_OK);
+	incxdp_comm_destroy(comm);
+}
+
 static void test_switchml_ops(void)
 {
 	int32_t a[4] = { 1, 2, 3, 4 };
@@ -269,6 +308,8 @@ static void test_switchml_ops(void)
 	CHECK_MSG(incxdp_last_error(comm), "SwitchML");
 	CHECK_STATUS(incxdp_reduce(comm, a, a, 4, INCXDP_FLOAT32, INCXDP_MIN, 0), INCXDP_ENOTSUP);
 	CHECK_MSG(incxdp_last_error(comm), "incxdp_reduce min");
+	CHECK_STATUS(incxdp_reduce_scatter(comm, a, a, 2, INCXDP_INT32, INCXDP_MAX), INCXDP_ENOTSUP);
+	CHECK_MSG(incxdp_last_error(comm), "incxdp_reduce_scatter max");
 	CHECK_STATUS(incxdp_comm_elems_per_packet(comm, NULL), INCXDP_EINVAL);
 	CHECK_STATUS(incxdp_comm_close(comm), INCXDP_OK);
 	incxdp_comm_destroy(comm);
@@ -279,6 +320,7 @@ int main(void)
 	test_version_and_strerror();
 	test_create_errors();
 	test_comm_errors();
+	test_gather_scatter_avg_errors();
 	test_switchml_ops();
 	printf("c_api_test: %d checks, %d failed\n", g_checks, g_failures);
 	return g_failures == 0 ? 0 : 1;

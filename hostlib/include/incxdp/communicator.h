@@ -41,8 +41,12 @@ enum class TransportKind {
     AfXdp, ///< an AF_XDP socket on the worker's interface (root)
     Roce,  ///< RoCEv2 frames to a roce-tree job's leaf switch, over AF_XDP (root)
     Verbs, ///< the same RoCEv2 connection through an RDMA device's RC QP (libibverbs)
+    /// Star and native tree jobs: AfXdp where it attaches to the interface
+    /// holding local_ip, else Udp with one line on stderr saying why
+    /// (docs/HOSTLIB.md §5). Loopback addresses use Udp without a word.
+    Auto,
 };
-/// "udp", "afxdp", "roce", "verbs"; parse throws std::invalid_argument naming the text.
+/// "udp", "afxdp", "roce", "verbs", "auto"; parse throws std::invalid_argument naming the text.
 TransportKind parse_transport(const std::string &s);
 const char *to_string(TransportKind t);
 
@@ -62,6 +66,11 @@ struct RoceConnConfig {
     /// timeout then resends only the frames that are overdue, never the
     /// window behind them (docs/ROCE.md §4).
     bool any_order = false;
+    /// Before the first call, ask the leaf where the job's sequence stands
+    /// and check that every rank stands there (docs/ROCE.md "Consecutive
+    /// runs"): a new process continues a job without `incxdp rules apply`.
+    /// false: start at idx 0 of the bases (tests that script the leaf).
+    bool start_handshake = true;
     /// Zero: the interface's MAC / the neighbour table's entry for switch_ip,
     /// looked up when Communicator(CommConfig) opens the transport.
     std::array<uint8_t, 6> local_mac{}, switch_mac{};
@@ -107,7 +116,8 @@ struct CommConfig {
     /// SIGINT handler only has to store true (async-signal-safe) and the
     /// communicator's destructor still puts the interface's XDP program back.
     const std::atomic<bool> *stop = nullptr;
-    TransportKind transport = TransportKind::Udp; ///< used by Communicator(CommConfig)
+    /// Used by Communicator(CommConfig), which replaces Auto by what it chose.
+    TransportKind transport = TransportKind::Auto;
     int socket_buffer = 8 << 20;                  ///< UDP SO_RCVBUF/SO_SNDBUF bytes
     uint32_t batch = 64;            ///< datagrams per sendmmsg/recvmmsg or ring operation
     bool udp_gso = true;            ///< UDP: UDP_SEGMENT on send
@@ -121,12 +131,20 @@ struct CommConfig {
 
     /// Fill rank, world_size, job, addresses and ports from a topology file:
     /// local = the rank's host IP and the job's worker_port, remote = the
-    /// job's switch IP, window = min(128, job slots), mtu = the topology's.
+    /// job's switch IP, window = min(128, job slots), mtu = the topology's,
+    /// transport Auto.
     /// For a `kind: roce-tree` job: transport Roce, local = the rank's host
     /// IP and port 4791, remote = its leaf switch, `roce` from the job's
     /// tree (topo::plan_tree, the rank's connection), window = min(128, pool).
     /// Throws std::invalid_argument naming the file and what is wrong.
     static CommConfig from_topology(const std::string &path, uint32_t job_id, uint32_t rank);
+
+    /// The one place a transport is chosen for a job from_topology() filled
+    /// this config from: `name` ("auto", "udp", "afxdp", "roce", "verbs"; empty
+    /// keeps the job's default: auto, roce for a roce-tree job). roce and
+    /// verbs need a roce-tree job, the others a star or native tree job.
+    /// Throws std::invalid_argument naming `job_desc` ("job 1 of topo.yaml").
+    void use_transport(const std::string &name, const std::string &job_desc);
 
     /// Roce or Verbs: a rank of a roce-tree job (the RoCEv2 protocol).
     bool roce_tree() const {
@@ -190,7 +208,8 @@ struct CommInterrupted : std::runtime_error {
 class Communicator {
   public:
     /// Open cfg.transport (UDP socket bound to local_ip:local_port, or an
-    /// AF_XDP socket on the interface holding local_ip). Throws
+    /// AF_XDP socket on the interface holding local_ip; Auto: AF_XDP, else
+    /// the socket with a one-line notice on stderr, config() telling). Throws
     /// std::invalid_argument for a bad config, std::system_error when the
     /// socket cannot be set up.
     explicit Communicator(CommConfig cfg);
@@ -225,6 +244,17 @@ class Communicator {
     /// Roce: the root's packets are the only ones with data. UDP/AF_XDP: an
     /// int32 sum of the raw bits with zeros from every other rank.
     void broadcast(void *buf, size_t count, DType dtype, uint32_t root);
+
+    /// recv (world_size * count elements) = every rank's send, rank r's at
+    /// recv + r * count. Exact for any dtype: the bits travel as an int32
+    /// sum with zeros, as broadcast's do. recv must not overlap send unless
+    /// send == recv + rank * count (in place).
+    void allgather(const void *send, void *recv, size_t count, DType dtype);
+
+    /// send has world_size * count elements; recv (count elements) = op over
+    /// all ranks of this rank's block send[rank * count, (rank + 1) * count).
+    /// Same rules and errors as allreduce.
+    void reduce_scatter(const void *send, void *recv, size_t count, DType dtype, ReduceOp op);
 
     /// Collective: returns once every rank entered it (a one-element int32
     /// allreduce; roce: one payload-free Barrier packet). Tools call it

@@ -50,7 +50,14 @@ typedef enum incxdp_dtype {
 	INCXDP_FLOAT32 = 1 /* quantised with a shared block exponent (docs/HOSTLIB.md 4) */
 } incxdp_dtype_t;
 
-typedef enum incxdp_op { INCXDP_SUM = 0, INCXDP_MAX = 1, INCXDP_MIN = 2 } incxdp_op_t;
+/* INCXDP_AVG: float32 only (a sum divided by the world size on the host);
+ * int32 AVG is INCXDP_EINVAL, as in torch and NCCL. */
+typedef enum incxdp_op {
+	INCXDP_SUM = 0,
+	INCXDP_MAX = 1,
+	INCXDP_MIN = 2,
+	INCXDP_AVG = 3
+} incxdp_op_t;
 
 /* Opaque: one rank's communicator. */
 typedef struct incxdp_comm incxdp_comm_t;
@@ -80,7 +87,7 @@ typedef struct incxdp_config {
 	uint16_t switch_port;  /* 0: the wire's (0xBEF0 native, 0xBEE0 SwitchML) */
 	const char *local_ip;  /* this rank's address (bound) */
 	uint16_t local_port;   /* this rank's UDP port (the switch's worker table) */
-	const char *transport; /* "udp", "afxdp", "roce", "verbs"; NULL: udp, roce for roce-tree jobs */
+	const char *transport; /* "auto", "udp", "afxdp", "roce", "verbs"; NULL: auto, roce for roce-tree jobs */
 	const char *wire;      /* "native", "switchml" (SUM only); NULL: native */
 	uint32_t window;       /* slots in flight, <= the job's slot pool */
 	uint32_t elems_per_packet; /* 0: 832 native, 256 SwitchML, 512 roce (capped by mtu) */
@@ -201,6 +208,20 @@ incxdp_status_t incxdp_broadcast(incxdp_comm_t *comm, void *buf, size_t count,
 				 incxdp_dtype_t dtype, uint32_t root) INCXDP_NOEXCEPT;
 /* Returns once every rank entered it. */
 incxdp_status_t incxdp_barrier(incxdp_comm_t *comm) INCXDP_NOEXCEPT;
+/*
+ * recv (world_size * count elements) = every rank's send, rank r's at
+ * recv + r * count; bit for bit for any dtype. In place: send ==
+ * recv + rank * count.
+ */
+incxdp_status_t incxdp_allgather(incxdp_comm_t *comm, const void *send, void *recv, size_t count,
+				 incxdp_dtype_t dtype) INCXDP_NOEXCEPT;
+/*
+ * send has world_size * count elements; recv (count) = op over all ranks of
+ * this rank's block send[rank * count .. (rank + 1) * count).
+ */
+incxdp_status_t incxdp_reduce_scatter(incxdp_comm_t *comm, const void *send, void *recv,
+				      size_t count, incxdp_dtype_t dtype,
+				      incxdp_op_t op) INCXDP_NOEXCEPT;
 
 #ifdef __cplusplus
 }
