@@ -14,7 +14,21 @@ IncKey inc_key(const Flow &f) {
     return {s.fid, s.rid, s.cid, s.dir == AggDir::Up ? f.dst : f.src};
 }
 
-IncPath::IncPath(const Matrix &m) : m_(m) {
+void IncPath::payload(const Flow &f, uint64_t, uint8_t *, size_t) {
+    throw std::logic_error(fmt::format("{} path: flow {} does not run over TCP", kind(), f.id));
+}
+
+void IncPath::expected(const Flow &f, uint64_t, uint8_t *, size_t) {
+    throw std::logic_error(fmt::format("{} path: flow {} does not run over TCP", kind(), f.id));
+}
+
+void IncPath::fold(const Flow &, uint64_t, int32_t) {}
+
+std::vector<size_t> IncPath::up_done(const Flow &) {
+    return {};
+}
+
+HostIncPath::HostIncPath(const Matrix &m) : m_(m) {
     std::map<std::tuple<uint32_t, uint32_t, uint32_t>, const Flow *> first;
     for (const Flow &f : m.flows) {
         if (!f.semantics)
@@ -33,29 +47,30 @@ IncPath::IncPath(const Matrix &m) : m_(m) {
     }
 }
 
-IncPath::State &IncPath::state(const Flow &f) {
+HostIncPath::State &HostIncPath::state(const Flow &f) {
     State &st = state_.at(inc_key(f));
     if (st.up_expected == 0 && st.result.empty())
         st.result = st.acc.bytes(); // nothing to wait for: the host's own vector
     return st;
 }
 
-bool IncPath::ready(const Flow &down) {
-    const State &st = state(down);
-    return st.up_received == st.up_expected;
+IncStart HostIncPath::release(const Flow &f, size_t idx) {
+    if (f.semantics->dir == AggDir::Up)
+        return IncStart::Open;
+    State &st = state(f);
+    if (st.up_received == st.up_expected)
+        return IncStart::Open;
+    st.held.push_back(idx);
+    return IncStart::Held;
 }
 
-void IncPath::hold(const Flow &down, size_t idx) {
-    state(down).held.push_back(idx);
-}
-
-void IncPath::payload(const Flow &f, uint64_t off, uint8_t *out, size_t len) {
+void HostIncPath::payload(const Flow &f, uint64_t off, uint8_t *out, size_t len) {
     if (f.semantics->dir == AggDir::Up)
         return inc_bytes(f.src, *f.semantics, f.size, off, out, len);
     std::memcpy(out, state(f).result.data() + off, len);
 }
 
-void IncPath::expected(const Flow &f, uint64_t off, uint8_t *out, size_t len) {
+void HostIncPath::expected(const Flow &f, uint64_t off, uint8_t *out, size_t len) {
     if (f.semantics->dir == AggDir::Up)
         return inc_bytes(f.src, *f.semantics, f.size, off, out, len);
     State &st = state(f);
@@ -71,11 +86,11 @@ void IncPath::expected(const Flow &f, uint64_t off, uint8_t *out, size_t len) {
     std::memcpy(out, st.expected.data() + off, len);
 }
 
-void IncPath::fold(const Flow &up, uint64_t i, int32_t v) {
+void HostIncPath::fold(const Flow &up, uint64_t i, int32_t v) {
     state(up).acc.add(i, v);
 }
 
-std::vector<size_t> IncPath::up_done(const Flow &up) {
+std::vector<size_t> HostIncPath::up_done(const Flow &up) {
     State &st = state(up);
     st.acc.contribution_done();
     if (++st.up_received < st.up_expected)

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause
 #include "cm_replay.h"
 
-#include "cm_inc_path.h"
 #include "cm_payload.h"
 
 #include <fmt/format.h>
@@ -75,7 +74,7 @@ std::string errno_str(int e) {
 }
 
 struct Ep {
-    enum Kind { Listen, Send, Recv } kind;
+    enum Kind { Listen, Send, Recv, Inc } kind;
     size_t idx;
 };
 
@@ -114,8 +113,9 @@ struct TriggerState {
 
 class Replayer {
   public:
-    Replayer(const Matrix &m, const topo::Topology &t, const ReplayOptions &o)
-        : m_(m), t_(t), o_(o), inc_(m) {}
+    Replayer(const Matrix &m, const topo::Topology &t, const ReplayOptions &o,
+             std::unique_ptr<IncPath> inc)
+        : m_(m), t_(t), o_(o), inc_(inc ? std::move(inc) : std::make_unique<HostIncPath>(m)) {}
 
     ReplayResult run();
 
@@ -127,6 +127,7 @@ class Replayer {
     void open(size_t i);
     void fire(uint32_t trigger);
     void fail(size_t i, const std::string &why);
+    void inc_done();
     void on_send(size_t i, uint32_t events);
     void on_listen(size_t host);
     void on_recv(size_t r);
@@ -139,7 +140,8 @@ class Replayer {
     const Matrix &m_;
     const topo::Topology &t_;
     ReplayOptions o_;
-    IncPath inc_;
+    std::unique_ptr<IncPath> inc_;
+    Ep inc_ep_{Ep::Inc, 0};
     ReplayResult res_;
     std::vector<const topo::Node *> hosts_;
     std::map<uint32_t, Fd> ns_;
@@ -180,6 +182,15 @@ sockaddr_in addr_of(const std::string &ip, uint16_t port) {
 }
 
 void Replayer::setup() {
+    if (!m_.failures.empty() && !o_.ignore_failures) {
+        const Failure &f = m_.failures.front();
+        throw std::runtime_error(fmt::format(
+            "line {}: failure switch_type {} switch_id {} link_id {}: replay does not fail "
+            "links (the fat-tree's routes are static: a link down would drop its share of "
+            "the flows instead of rerouting them as htsim does); --ignore-failures runs the "
+            "flows with every link up",
+            f.line, switch_type_name(f.type), f.switch_id, f.link_id));
+    }
     for (const topo::Node &n : t_.nodes)
         if (n.kind == topo::NodeKind::Host)
             hosts_.push_back(&n);
@@ -267,13 +278,21 @@ void Replayer::setup() {
 void Replayer::release(size_t i) {
     FlowState &fs = flows_[i];
     fs.res.released_s = now();
-    if (fs.f->semantics && fs.f->semantics->dir == AggDir::Down && !inc_.ready(*fs.f)) {
+    if (!fs.f->semantics)
+        return open(i);
+    switch (inc_->release(*fs.f, i)) {
+    case IncStart::Open:
+        return open(i);
+    case IncStart::Held:
         fs.res.state = "held";
         fs.res.held = true;
-        inc_.hold(*fs.f, i);
+        return;
+    case IncStart::Taken:
+        fs.res.start_s = fs.res.released_s;
+        fs.res.state = "running";
+        running_++;
         return;
     }
-    open(i);
 }
 
 void Replayer::open(size_t i) {
@@ -330,6 +349,34 @@ void Replayer::fail(size_t i, const std::string &why) {
     finished_++;
 }
 
+// Flows the INC path completed: as if the receiver had every byte, then
+// the sender its ack (recv_done, then send_done).
+void Replayer::inc_done() {
+    for (const IncDone &d : inc_->done()) {
+        FlowState &fs = flows_[d.flow];
+        if (fs.res.state != "running")
+            continue;
+        if (!d.error.empty()) {
+            fail(d.flow, d.error);
+            continue;
+        }
+        const Flow &f = *fs.f;
+        const double at = d.at < 0 ? now() : d.at;
+        fs.res.received = f.size;
+        fs.res.recv_done_s = fs.res.send_done_s = at;
+        fs.res.verified = d.verified;
+        fs.res.state = "done";
+        res_.total_bytes += f.size;
+        (f.semantics->dir == AggDir::Up ? res_.up_bytes : res_.down_bytes) += f.size;
+        running_--;
+        finished_++;
+        if (f.recv_done)
+            fire(*f.recv_done);
+        if (f.send_done)
+            fire(*f.send_done);
+    }
+}
+
 void Replayer::on_send(size_t i, uint32_t events) {
     FlowState &fs = flows_[i];
     const Flow &f = *fs.f;
@@ -359,7 +406,7 @@ void Replayer::on_send(size_t i, uint32_t events) {
             }
             const uint64_t poff = off + at - kHdr;
             if (f.semantics)
-                inc_.payload(f, poff, fs.buf.data() + at, n - at);
+                inc_->payload(f, poff, fs.buf.data() + at, n - at);
             else
                 pattern_bytes(f.id, poff, fs.buf.data() + at, n - at);
         }
@@ -460,7 +507,7 @@ void Replayer::take(Receiver &r, const uint8_t *data, size_t n) {
     for (size_t done = 0; done < n;) {
         const size_t c = std::min(n - done, kChunk);
         if (f.semantics)
-            inc_.expected(f, r.got, want, c);
+            inc_->expected(f, r.got, want, c);
         else
             pattern_bytes(f.id, r.got, want, c);
         if (std::memcmp(want, data + done, c) != 0) {
@@ -478,7 +525,7 @@ void Replayer::take(Receiver &r, const uint8_t *data, size_t n) {
                 if (o % 4 == 3) {
                     int32_t v;
                     std::memcpy(&v, r.part, 4);
-                    inc_.fold(f, o / 4, v);
+                    inc_->fold(f, o / 4, v);
                 }
             }
         r.got += c;
@@ -505,7 +552,7 @@ void Replayer::finish_recv(Receiver &r) {
     if (f.recv_done)
         fire(*f.recv_done);
     if (f.semantics && f.semantics->dir == AggDir::Up)
-        for (size_t d : inc_.up_done(f))
+        for (size_t d : inc_->up_done(f))
             open(d);
 }
 
@@ -584,7 +631,13 @@ ReplayResult Replayer::run() {
     Counters before;
     if (o_.counters)
         before = read_counters(t_, o_.prefix);
+    if (inc_->fd() >= 0) {
+        epoll_event ev{EPOLLIN, {.ptr = &inc_ep_}};
+        if (::epoll_ctl(ep_.fd, EPOLL_CTL_ADD, inc_->fd(), &ev) != 0)
+            throw std::runtime_error("epoll_ctl (INC path): " + errno_str(errno));
+    }
     t0_ = Clock::now();
+    inc_->start(t0_);
     double next_tick = 1.0;
     epoll_event evs[256];
     while (finished_ < flows_.size()) {
@@ -624,6 +677,9 @@ ReplayResult Replayer::run() {
             case Ep::Recv:
                 on_recv(e.idx);
                 break;
+            case Ep::Inc:
+                inc_done();
+                break;
             }
         }
     }
@@ -637,6 +693,11 @@ ReplayResult Replayer::run() {
     }
     recvs_.clear();
     listen_.clear();
+    res_.inc_report = inc_->finish();
+    if (res_.inc_flows) {
+        res_.aggregation = inc_->kind();
+        res_.aggregated = res_.aggregation == "switch";
+    }
     if (o_.counters) {
         res_.links = link_bytes(t_, before, read_counters(t_, o_.prefix));
         for (const LinkBytes &l : res_.links)
@@ -647,8 +708,9 @@ ReplayResult Replayer::run() {
 
 } // namespace
 
-ReplayResult replay(const Matrix &m, const topo::Topology &t, const ReplayOptions &o) {
-    return Replayer(m, t, o).run();
+ReplayResult replay(const Matrix &m, const topo::Topology &t, const ReplayOptions &o,
+                    std::unique_ptr<IncPath> inc) {
+    return Replayer(m, t, o, std::move(inc)).run();
 }
 
 } // namespace incxdp::cm

@@ -6,14 +6,14 @@
 // connection per flow; triggers fire as htsim fires them (plus recv_done,
 // which htsim never fires).
 //
-// INC flows run as ordinary data flows for now, aggregated by the
-// aggregator host ("aggregated": false in the result): each DOWN flow
-// waits for every UP flow of its (fid, rid, cid) into its sender. In-switch
-// aggregation plugs in where a DOWN flow's payload and an UP flow's
-// delivery are decided (`IncPath`, cm_inc_path.h).
+// Where INC flows are aggregated is an `IncPath` (cm_inc_path.h): by
+// default the aggregator hosts (INC flows run as TCP flows, each DOWN flow
+// waiting for every UP flow of its (fid, rid, cid) into its sender); the
+// switch path (cm_inc_switch.h) has the switches reduce them.
 #pragma once
 
 #include "cm_counters.h"
+#include "cm_inc_path.h"
 #include "cm_parse.h"
 
 #include <incxdp/topology.h>
@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +38,9 @@ struct ReplayOptions {
     uint16_t port = 47000;  ///< every host's listening TCP port
     bool progress = false;  ///< a line on stderr every second
     bool counters = true;   ///< read link counters before and after
+    /// Run a file with `failure` lines without failing its links (they are
+    /// refused otherwise: docs/CM.md §4, "Failures").
+    bool ignore_failures = false;
 };
 
 struct FlowResult {
@@ -69,7 +73,9 @@ struct ReplayResult {
     double job_s = 0; ///< last send_done
     uint64_t total_bytes = 0, up_bytes = 0, down_bytes = 0;
     size_t inc_flows = 0;
-    bool aggregated = false; ///< in-switch aggregation (not yet available)
+    bool aggregated = false;          ///< in-switch aggregation
+    std::string aggregation = "none"; ///< "none" (no INC flow), "host", "switch"
+    nlohmann::json inc_report;        ///< IncPath::finish(): per-switch counters
     bool timed_out = false;
     std::vector<LinkBytes> links;
     std::map<std::string, uint64_t> tiers; ///< both directions summed
@@ -79,8 +85,10 @@ struct ReplayResult {
 
 /// Throws std::runtime_error for what stops it from starting (a host index
 /// beyond the topology, a missing namespace, size 0, INC flows of one key
-/// with different sizes); flow failures are reported in the result.
-ReplayResult replay(const Matrix &m, const topo::Topology &t, const ReplayOptions &o);
+/// with different sizes, `failure` lines); flow failures are reported in
+/// the result. `inc` null: host aggregation (HostIncPath).
+ReplayResult replay(const Matrix &m, const topo::Topology &t, const ReplayOptions &o,
+                    std::unique_ptr<IncPath> inc = nullptr);
 
 nlohmann::json to_json(const ReplayResult &r);
 

@@ -50,10 +50,9 @@ nlohmann::json to_json(const ReplayResult &r) {
         done += f.state == "done";
     return {{"ok", r.ok()},
             {"aggregated", r.aggregated},
-            // Where INC flows were reduced: by the aggregator hosts for now.
-            {"aggregation", r.inc_flows == 0 ? "none"
-                            : r.aggregated   ? "switch"
-                                             : "host"},
+            // Where INC flows were reduced: aggregator hosts or switches.
+            {"aggregation", r.aggregation},
+            {"switches", r.inc_report},
             {"inc_flows", r.inc_flows},
             {"flows_done", done},
             {"flows_total", r.flows.size()},

@@ -2,6 +2,7 @@
 // `incxdp replay FILE.cm --topo FILE.yaml`: every flow of an htsim
 // connection matrix with real bytes between the topology's host namespaces
 // (docs/CM.md §5).
+#include "cm_inc_switch.h"
 #include "cm_parse.h"
 #include "cm_replay.h"
 #include "commands.h"
@@ -10,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -19,6 +21,8 @@ namespace {
 struct ReplayCli {
     std::string file, topo_file;
     bool lenient = false;
+    std::string inc = "auto";
+    cm::SwitchPathOptions sw;
     cm::ReplayOptions opts;
     CommonFlags flags;
 };
@@ -27,12 +31,40 @@ std::string secs(double s) {
     return s < 0 ? "-" : fmt::format("{:.6f}", s);
 }
 
+void print_switches(const nlohmann::json &rep) {
+    if (!rep.is_object())
+        return;
+    for (const auto &j : rep["jobs"])
+        std::printf("INC fid %u: job %u, root %s, %zu ranks, %zu switches\n",
+                    j["fid"].get<uint32_t>(), j["job"].get<uint32_t>(),
+                    j["root"].get<std::string>().c_str(), j["ranks"].get<size_t>(),
+                    j["tree"].size());
+    auto line = [](const std::string &who, const nlohmann::json &c) {
+        std::string out;
+        for (const auto &[k, v] : c.items())
+            out += fmt::format(" {}={}", k, v.get<uint64_t>());
+        std::printf("  %-8s%s\n", who.c_str(), out.c_str());
+    };
+    std::printf("aggregation counters per tier:\n");
+    for (const char *tier : {"tor", "leaf", "agg", "spine", "core"})
+        if (rep["tiers"].contains(tier))
+            line(tier, rep["tiers"][tier]);
+    std::printf("per switch:\n");
+    for (const auto &s : rep["switches"])
+        line(s["name"].get<std::string>(), s.value("counters", nlohmann::json::object()));
+    const auto &h = rep["hosts"];
+    std::printf("hosts: %llu packets sent, %llu retransmissions, %llu timeouts\n",
+                static_cast<unsigned long long>(h["packets_sent"].get<uint64_t>()),
+                static_cast<unsigned long long>(h["retransmissions"].get<uint64_t>()),
+                static_cast<unsigned long long>(h["timeouts"].get<uint64_t>()));
+}
+
 void print_human(const std::string &file, const cm::ReplayResult &r) {
     std::printf("replay %s: %zu flows", file.c_str(), r.flows.size());
     if (r.inc_flows)
-        std::printf(", %zu INC flows run as data flows aggregated by the aggregator hosts "
-                    "(aggregated: false; in-switch aggregation not available yet)",
-                    r.inc_flows);
+        std::printf(", %zu INC flows aggregated by the %s", r.inc_flows,
+                    r.aggregated ? "switches (hostlib allreduce per fid, rid, cid)"
+                                 : "aggregator hosts (as TCP data flows)");
     std::printf("\n%8s %12s %12s %12s %12s %12s %s\n", "flow", "src->dst", "bytes", "start_s",
                 "done_s", "fct_s", "state");
     for (const cm::FlowResult &f : r.flows)
@@ -57,6 +89,7 @@ void print_human(const std::string &file, const cm::ReplayResult &r) {
                         l.tier.c_str(), static_cast<unsigned long long>(l.a_to_b),
                         static_cast<unsigned long long>(l.b_to_a));
     }
+    print_switches(r.inc_report);
     for (const std::string &e : r.errors)
         std::printf("error: %s\n", e.c_str());
 }
@@ -80,7 +113,20 @@ void run(const ReplayCli &c) {
     o.progress = true;
     cm::ReplayResult r;
     try {
-        r = cm::replay(m, t, o);
+        const bool any_inc = std::any_of(m.flows.begin(), m.flows.end(),
+                                         [](const cm::Flow &f) { return f.semantics.has_value(); });
+        std::unique_ptr<cm::IncPath> path;
+        cm::SwitchPathOptions so = c.sw;
+        so.prefix = o.prefix;
+        so.deadline_s = o.timeout_s > 0 ? o.timeout_s : 3600;
+        so.verbose = c.flags.verbose;
+        bool in_switch = c.inc == "switch";
+        if (c.inc == "auto")
+            in_switch = any_inc && cm::engines_loaded(t, o.prefix, so.pin_root);
+        so.load_missing = true;
+        if (in_switch && any_inc)
+            path = cm::make_switch_path(m, t, so);
+        r = cm::replay(m, t, o, std::move(path));
     } catch (const std::runtime_error &e) {
         throw Error(fmt::format("replay {}: {}", c.file, e.what()));
     }
@@ -123,6 +169,23 @@ void add_replay_command(CLI::App &app) {
         ->capture_default_str();
     cmd->add_option("--port", c->opts.port, "TCP port every host listens on")
         ->capture_default_str();
+    cmd->add_option("--inc", c->inc,
+                    "where INC flows are aggregated: switch (native trees on the engines, "
+                    "loaded where missing), host (the aggregator hosts, over TCP), auto (switch "
+                    "if every switch runs the engine)")
+        ->check(CLI::IsMember({"auto", "switch", "host"}))
+        ->capture_default_str();
+    cmd->add_option("--pin-root", c->sw.pin_root,
+                    "where the switches' engines are pinned (default: topo's)");
+    cmd->add_option("--window", c->sw.window, "--inc switch: each host's window (<= --slots)")
+        ->capture_default_str();
+    cmd->add_option("--slots", c->sw.slots, "--inc switch: each job's slot pool per switch")
+        ->capture_default_str();
+    cmd->add_option("--worker-port", c->sw.worker_port_base,
+                    "--inc switch: a host's UDP port for job J is this + J")
+        ->capture_default_str();
+    cmd->add_flag("--ignore-failures", c->opts.ignore_failures,
+                  "run a file with `failure` lines with every link up (refused otherwise)");
     cmd->add_flag("--lenient", c->lenient,
                   "accept the INC generator's trigger flaws (docs/CM.md), warning about them");
     add_common_flags(cmd, c->flags);

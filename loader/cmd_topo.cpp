@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // `incxdp topo up|down|status FILE [--prefix P]`: the namespace topology of
 // a YAML file (docs/TOPOLOGY.md), brought up for the demo and the tests.
+#include "cm_inc_switch.h"
 #include "commands.h"
 
 #include <unistd.h>
@@ -31,6 +32,7 @@ struct TopoOpts {
     std::string file;
     std::string prefix = kDefaultPrefix;
     std::string pin_root; // down: where the switches' engines are pinned
+    bool engine = false;  // up: load the engine on every switch
     CommonFlags flags;
 };
 
@@ -95,6 +97,9 @@ void cmd_up(const TopoOpts &o) {
     if (o.flags.verbose)
         progress = [](const std::string &s) { std::fprintf(stderr, "topo up: %s\n", s.c_str()); };
     topo::up(t, o.prefix, progress);
+    if (o.engine)
+        for (const std::string &sw : cm::load_engines(t, o.prefix, o.pin_root))
+            progress ? progress("engine loaded on " + sw) : void();
     const auto ns = namespaces(t, o.prefix);
     if (o.flags.json) {
         std::puts(json{{"topology", t.name},
@@ -277,11 +282,15 @@ void add_topo_command(CLI::App &app) {
     topo->require_subcommand(1);
 
     auto up = std::make_shared<TopoOpts>();
-    add_sub(topo, "up",
-            "create FILE's namespaces, veth links, MACs, addresses, neighbours and "
-            "hosts' XDP_PASS (root; all or nothing)",
-            *up)
-        ->callback([up] { user_errors([&] { cmd_up(*up); }); });
+    CLI::App *up_cmd = add_sub(topo, "up",
+                               "create FILE's namespaces, veth links, MACs, addresses, neighbours "
+                               "and hosts' XDP_PASS (root; all or nothing)",
+                               *up);
+    up_cmd->add_flag("--engine", up->engine,
+                     "then load the engine on every port of every switch (pins under "
+                     "--pin-root/<prefix><switch>; `topo down` unloads them)");
+    up_cmd->add_option("--pin-root", up->pin_root, "with --engine: bpffs directory of the pins");
+    up_cmd->callback([up] { user_errors([&] { cmd_up(*up); }); });
 
     auto down = std::make_shared<TopoOpts>();
     CLI::App *down_cmd =

@@ -335,4 +335,37 @@ TEST_F(CmReplay, Refusals) {
     EXPECT_EQ(r2["triggers"][0]["firings_s"].size(), 1u);
 }
 
+// Failure lines are refused (links are not failed), naming the line;
+// --ignore-failures runs the flows with every link up.
+TEST_F(CmReplay, FailureLinesRefusedUnlessIgnored) {
+    const std::string cm = write("fail.cm", "Nodes 4\nConnections 1\nFailures 1\n"
+                                            "0->1 id 1 start 0 size 1000\n"
+                                            "failure switch_type TOR switch_id 0 link_id 1\n");
+    auto [s1, r1] = replay(cm);
+    EXPECT_NE(s1, 0);
+    EXPECT_NE(r1.dump().find("line 5: failure switch_type TOR switch_id 0 link_id 1"),
+              std::string::npos)
+        << r1.dump();
+    EXPECT_NE(r1.dump().find("--ignore-failures"), std::string::npos) << r1.dump();
+    auto [s2, r2] = replay(cm, {"--ignore-failures"});
+    EXPECT_EQ(s2, 0) << r2.dump();
+    ASSERT_TRUE(r2.contains("flows")) << r2.dump();
+    EXPECT_EQ(r2["flows"][0]["state"], "done");
+}
+
+// --inc switch refuses a fid whose (rid, cid) keys do not all have the
+// same members, before anything starts (the switches run one allreduce
+// per key over every member).
+TEST_F(CmReplay, SwitchPathRefusesPartialKeys) {
+    const std::string cm =
+        write("partial.cm",
+              "Nodes 4\n"
+              "1->0 id 1 start 0 size 64 semantics agg_op SUM agg_dir UP fid 1 rid 1 cid 0\n"
+              "2->0 id 2 start 0 size 64 semantics agg_op SUM agg_dir UP fid 1 rid 1 cid 0\n"
+              "1->0 id 3 start 0 size 64 semantics agg_op SUM agg_dir UP fid 1 rid 1 cid 1\n");
+    auto [s, r] = replay(cm, {"--inc", "switch", "--pin-root", dir_ + "/nopins"});
+    EXPECT_NE(s, 0);
+    EXPECT_NE(r.dump().find("fid 1 rid 1 cid 1: 2 contributors"), std::string::npos) << r.dump();
+}
+
 } // namespace
