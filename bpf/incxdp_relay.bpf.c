@@ -14,8 +14,8 @@
 
 #include "parse.h"
 #include "relay.h"
-#include "capture.h"
-#include "chaos_xdp.h"
+#include "smi_maps.h"
+#include "prologue.h"
 
 static __always_inline int relay(struct xdp_md *ctx, __u64 len)
 {
@@ -48,18 +48,12 @@ static __always_inline int relay(struct xdp_md *ctx, __u64 len)
 SEC("xdp")
 int incxdp_relay(struct xdp_md *ctx)
 {
+	int v, pulled;
 	__u64 len;
-	int v;
 
-	/* One helper call for every use below (it is not inlined). */
-	len = bpf_xdp_get_buff_len(ctx);
-	if (frame_has_frags(ctx, len))
-		frame_pull_linear(ctx, len);
-	/* `incxdp chaos --xdp` first: a frame it loses never arrived. */
-	v = chaos_xdp(ctx);
+	v = frame_prologue(ctx, &len, &pulled);
 	if (v != CHAOS_XDP_CONTINUE)
 		return relay_count(INCXDP_RELAY_STAT_CHAOS, v);
-	capture_frame(ctx, len); /* `incxdp capture`: what arrives on this link */
 	return relay(ctx, len);
 }
 

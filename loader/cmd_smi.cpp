@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // incxdp smi routes | run: SMI clusters on the mesh relay (docs/SMI.md).
-// `routes` prints the CK_S/CK_R tables of a cabling and, with --apply,
-// installs each rank's CK_S as its relay's forwarding table; `run` brings
+// `routes` prints the CK_S/CK_R tables of a cabling and, with --install,
+// installs each rank's CK_S as its relay's forwarding table and both tables
+// as the maps incxdp_smi_cks/ckr the runtime reads; `run` brings
 // the cluster up, installs the routes and starts a program once per rank.
 #include "commands.h"
+#include "pinned_maps.h"
 #include "smi_routes.h"
 
 #include <incxdp/netns.h>
 #include <incxdp/relay_ctl.h>
 #include <incxdp/rules_ctl.h>
 #include <incxdp/smi_topology.h>
+#include <incxdp/util/ipv4.h>
 
-#include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <fcntl.h>
@@ -81,10 +83,37 @@ const topo::Iface &iface(const topo::Topology &t, const std::string &host,
 }
 
 uint32_t ip_be(const std::string &ip) {
-    in_addr a{};
-    if (inet_pton(AF_INET, ip.c_str(), &a) != 1)
-        throw Error("bad IPv4 address " + ip);
-    return a.s_addr;
+    if (const auto be = util::parse_ipv4_be(ip))
+        return *be;
+    throw Error("bad IPv4 address " + ip);
+}
+
+// The rank's CK_S and CK_R, whole arrays: a re-cabled cluster's tables
+// replace the old ones entry for entry.
+void install_ck_tables(const Cluster &c, int rank, const std::string &dir) {
+    auto write_all = [&](const char *name, const void *vals, size_t val_size, size_t n) {
+        const std::string path = dir + "/" + name;
+        ctl::Fd fd(bpf_obj_get(path.c_str()));
+        if (fd.get() < 0)
+            throw Error(fmt::format("cannot open {} (a relay of an older incxdp? detach it): {}",
+                                    path, std::strerror(errno)));
+        std::vector<uint32_t> keys(n);
+        for (size_t i = 0; i < n; i++)
+            keys[i] = static_cast<uint32_t>(i);
+        LIBBPF_OPTS(bpf_map_batch_opts, opts);
+        uint32_t count = static_cast<uint32_t>(n);
+        if (bpf_map_update_batch(fd.get(), keys.data(), vals, &count, &opts) == 0 && count == n)
+            return;
+        for (size_t i = 0; i < n; i++) // kernels without batch updates of arrays
+            if (bpf_map_update_elem(fd.get(), &keys[i],
+                                    static_cast<const char *>(vals) + i * val_size, BPF_ANY) != 0)
+                throw Error(
+                    fmt::format("cannot write entry {} of {}: {}", i, path, std::strerror(errno)));
+    };
+    const auto cks = smi::cks_map_entries(c.routes, rank);
+    const auto ckr = smi::ckr_map_entries();
+    write_all(INCXDP_MAP_SMI_CKS, cks.data(), sizeof cks[0], cks.size());
+    write_all(INCXDP_MAP_SMI_CKR, ckr.data(), sizeof ckr[0], ckr.size());
 }
 
 // In the rank's namespace: the relay on every cabled QSFP, this rank as its
@@ -107,6 +136,7 @@ void apply_rank(const Cluster &c, int rank, const std::string &prefix, const std
         cfg.relay_enabled = true;
         cfg.max_hops = static_cast<uint32_t>(c.cabling.size());
         maps.set_config(cfg);
+        install_ck_tables(c, rank, dir);
         const smi::RankRoutes &rr = c.routes.ranks[rank];
         for (int d = 0; d < c.cabling.size(); d++) {
             if (d == rank || rr.out_ch[d] < 0) {
@@ -174,6 +204,44 @@ void on_signal(int sig) {
     g_signal = sig;
 }
 
+// The start barrier: each rank writes one byte to `ready` once its endpoint
+// is bound (SMI_Init), then waits for EOF on `go`, which the launcher gives
+// when every rank is ready: no frame reaches a rank before its sockets are.
+struct StartBarrier {
+    int ready[2] = {-1, -1}, go[2] = {-1, -1};
+    size_t readied = 0;
+    StartBarrier() {
+        if (::pipe2(ready, O_CLOEXEC) != 0 || ::pipe2(go, O_CLOEXEC) != 0)
+            throw Error(fmt::format("start barrier pipes: {}", std::strerror(errno)));
+        ::fcntl(ready[0], F_SETFL, O_NONBLOCK);
+    }
+    ~StartBarrier() {
+        for (int fd : {ready[0], ready[1], go[0], go[1]})
+            if (fd >= 0)
+                ::close(fd);
+    }
+    void close_end(int &fd) {
+        if (fd >= 0)
+            ::close(fd);
+        fd = -1;
+    }
+    // After the last spawn: the launcher keeps only ready's read end and go's write end.
+    void spawned() {
+        close_end(ready[1]);
+        close_end(go[0]);
+    }
+    // Non-blocking: counts the ranks ready so far; releases them all at n.
+    void poll(size_t n) {
+        char buf[256];
+        ssize_t got;
+        while (ready[0] >= 0 && (got = ::read(ready[0], buf, sizeof buf)) > 0)
+            readied += static_cast<size_t>(got);
+        if (readied >= n)
+            close_end(go[1]);
+    }
+};
+StartBarrier *g_barrier = nullptr;
+
 // Starts `program` in the rank's namespace with the SMI environment.
 pid_t spawn(const Cluster &c, int rank, const SmiArgs &a, const std::string &topo_path) {
     const std::string host = tsmi::host_name(c.cabling.fpgas[rank]);
@@ -199,6 +267,12 @@ pid_t spawn(const Cluster &c, int rank, const SmiArgs &a, const std::string &top
         setenv("INCXDP_SMI_TOPOLOGY", topo_path.c_str(), 1);
         setenv("INCXDP_SMI_PREFIX", a.prefix.c_str(), 1);
         setenv("INCXDP_SMI_PIN_DIR", pin_dir(a.prefix, host).c_str(), 1);
+        if (g_barrier) {
+            // The child's ends survive exec; the launcher's do not.
+            int w = ::dup(g_barrier->ready[1]), r = ::dup(g_barrier->go[0]);
+            setenv("INCXDP_SMI_READY_FD", std::to_string(w).c_str(), 1);
+            setenv("INCXDP_SMI_GO_FD", std::to_string(r).c_str(), 1);
+        }
         std::vector<char *> argv;
         for (const std::string &s : a.program)
             argv.push_back(const_cast<char *>(s.c_str()));
@@ -233,6 +307,8 @@ std::vector<int> wait_ranks(std::vector<pid_t> &pids, double timeout,
     size_t left = pids.size();
     std::optional<Clock::time_point> kill_at;
     while (left) {
+        if (g_barrier)
+            g_barrier->poll(pids.size());
         for (size_t i = 0; i < pids.size(); i++) {
             if (done[i])
                 continue;
@@ -301,12 +377,17 @@ int do_run(const SmiArgs &a) {
     std::vector<pid_t> pids;
     std::vector<int> status;
     std::vector<std::string> why;
+    StartBarrier barrier;
+    g_barrier = &barrier;
     try {
         apply_all(c, a.prefix, a.mode);
         for (int r = 0; r < c.cabling.size(); r++)
             pids.push_back(spawn(c, r, a, topo_path));
+        barrier.spawned();
         status = wait_ranks(pids, a.timeout, why);
+        g_barrier = nullptr;
     } catch (...) {
+        g_barrier = nullptr;
         for (pid_t p : pids)
             ::kill(p, SIGKILL);
         for (pid_t p : pids)
@@ -351,8 +432,9 @@ void add_smi_command(CLI::App &app) {
     add_common_flags(routes, args->flags);
     routes->add_option("file", args->file, "SMI cabling (JSON or `A - B` lines)")->required();
     routes->add_option("--rank", args->rank, "only this rank");
-    routes->add_flag("--apply", args->apply,
-                     "install each rank's CK_S into its relay (cluster up with --prefix)");
+    routes->add_flag("--apply,--install", args->apply,
+                     "install each rank's tables: the relay's routes and the CK_S/CK_R maps "
+                     "(cluster up with --prefix)");
     routes->add_option("--prefix", args->prefix, "namespace prefix of the cluster")
         ->capture_default_str();
     routes->add_option("--mode", args->mode, "relay attach mode")

@@ -6,6 +6,7 @@
 
 #include "incxdp_relay.skel.h"
 #include <incxdp/relay_ctl.h>
+#include <incxdp/smi_maps.h>
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -31,8 +32,10 @@ using ctl::map_pin_path;
 namespace {
 
 constexpr const char *kProg = "incxdp_relay";
-constexpr const char *kMaps[] = {INCXDP_MAP_RELAY_CFG, INCXDP_MAP_RELAY_ROUTES, INCXDP_MAP_RELAY_TX,
-                                 INCXDP_MAP_RELAY_XSKS, INCXDP_MAP_RELAY_STATS};
+constexpr const char *kMaps[] = {
+    INCXDP_MAP_RELAY_CFG,     INCXDP_MAP_RELAY_ROUTES, INCXDP_MAP_RELAY_TX,
+    INCXDP_MAP_RELAY_XSKS,    INCXDP_MAP_RELAY_STATS,  INCXDP_MAP_RELAY_IFSLOTS,
+    INCXDP_MAP_RELAY_IF_XSKS, INCXDP_MAP_SMI_CKS,      INCXDP_MAP_SMI_CKR};
 
 struct SkelDeleter {
     void operator()(incxdp_relay *s) const { incxdp_relay__destroy(s); }
@@ -86,16 +89,6 @@ xdp_attach_mode parse_mode(const std::string &mode) {
     if (mode == "skb")
         return XDP_MODE_SKB;
     throw CtlError(fmt::format("relay attach mode '{}': expected \"native\" or \"skb\"", mode));
-}
-
-// mkdir -p: the default pin directory is two levels below bpffs.
-void make_dirs(const std::string &dir) {
-    for (size_t at = 1; at != std::string::npos;) {
-        at = dir.find('/', at + 1);
-        std::string part = dir.substr(0, at);
-        if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST)
-            throw CtlError(errno_msg("cannot create pin directory " + part, errno));
-    }
 }
 
 void remove_pins(const std::string &dir) {
@@ -218,7 +211,7 @@ void attach(const std::string &pin_dir, const std::vector<std::string> &ifaces,
                     fmt::format("the relay pinned in {} already runs on {}; detach it first",
                                 pin_dir, ifaces[i]));
     }
-    make_dirs(pin_dir);
+    ctl::make_pin_dirs(pin_dir);
 
     ctl::Rollback rollback;
     if (fresh)

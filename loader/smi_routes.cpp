@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <climits>
 #include <queue>
 #include <sstream>
@@ -59,6 +60,49 @@ int port_qsfp(int port) {
 CkrEntry ckr_entry(int ch, int port) {
     int owner = port_qsfp(port);
     return owner == ch ? CkrEntry{CkrAction::Deliver, ch} : CkrEntry{CkrAction::Via, owner};
+}
+
+std::vector<incxdp_smi_cks_entry> cks_map_entries(const Routes &r, int rank) {
+    std::vector<incxdp_smi_cks_entry> out(kQsfps * INCXDP_SMI_CKS_RANKS);
+    const RankRoutes &rr = r.ranks.at(static_cast<size_t>(rank));
+    const int n = std::min<int>(static_cast<int>(r.ranks.size()), INCXDP_SMI_CKS_RANKS);
+    for (int ch = 0; ch < kQsfps; ch++)
+        for (int dst = 0; dst < n; dst++) {
+            const CksEntry &e = rr.cks[ch][dst];
+            incxdp_smi_cks_entry &m = out[incxdp_smi_cks_key(ch, dst)];
+            switch (e.action) {
+            case CksAction::Local:
+                m.action = INCXDP_SMI_CKS_LOCAL;
+                break;
+            case CksAction::Out:
+                m.action = INCXDP_SMI_CKS_OUT;
+                break;
+            case CksAction::Via:
+                m.action = INCXDP_SMI_CKS_VIA;
+                break;
+            case CksAction::Unreachable:
+                m.action = INCXDP_SMI_CKS_UNREACHABLE;
+                continue;
+            }
+            m.ch = static_cast<uint8_t>(e.ch);
+            m.hops = static_cast<uint16_t>(std::max(rr.hops[dst], 0));
+            m.cost = static_cast<uint32_t>(std::max(rr.cost[dst], 0));
+        }
+    return out;
+}
+
+std::vector<incxdp_smi_ckr_entry> ckr_map_entries() {
+    std::vector<incxdp_smi_ckr_entry> out(kQsfps * INCXDP_SMI_PORTS * 2);
+    for (int ch = 0; ch < kQsfps; ch++)
+        for (int port = 0; port < INCXDP_SMI_PORTS; port++)
+            for (unsigned kind : {INCXDP_SMI_CKR_DATA, INCXDP_SMI_CKR_CONTROL}) {
+                const CkrEntry e = ckr_entry(ch, port);
+                incxdp_smi_ckr_entry &m = out[incxdp_smi_ckr_key(ch, port, kind)];
+                m.action =
+                    e.action == CkrAction::Deliver ? INCXDP_SMI_CKR_DELIVER : INCXDP_SMI_CKR_VIA;
+                m.ch = static_cast<uint8_t>(e.ch);
+            }
+    return out;
 }
 
 const char *cks_action_name(CksAction a) {

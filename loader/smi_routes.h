@@ -8,6 +8,8 @@
 
 #include "incxdp/smi_topology.h"
 
+#include <incxdp/smi_maps.h>
+
 #include <nlohmann/json.hpp>
 
 #include <array>
@@ -68,6 +70,12 @@ Routes compute_routes(const Cabling &c);
 std::vector<int> rank_path(const Cabling &c, const Routes &r, int src, int dst);
 
 const char *cks_action_name(CksAction a); // "local", "out", "via", "unreachable"
+
+// One rank's tables as the BPF maps hold them (incxdp/smi_maps.h), indexed
+// by incxdp_smi_cks_key / incxdp_smi_ckr_key; every entry of the arrays
+// (ranks past the cabling's: unreachable).
+std::vector<incxdp_smi_cks_entry> cks_map_entries(const Routes &r, int rank);
+std::vector<incxdp_smi_ckr_entry> ckr_map_entries();
 
 // Both tables of one rank (or every rank when rank < 0), for `incxdp smi
 // routes`: JSON, and aligned text.

@@ -52,6 +52,26 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } incxdp_relay_xsks SEC(".maps");
 
+/* Key: ingress ifindex -> the interface's slot (< INCXDP_RELAY_MAX_IFACES),
+ * set by the endpoint that binds per-interface sockets. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, INCXDP_RELAY_MAX_IFACES);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} incxdp_relay_ifslots SEC(".maps");
+
+/* Key: slot * INCXDP_RELAY_XSK_QUEUES + rx queue: an AF_XDP socket is bound
+ * to one (interface, queue), so the interface a frame came in on picks it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, INCXDP_RELAY_MAX_IFACES * INCXDP_RELAY_XSK_QUEUES);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} incxdp_relay_if_xsks SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, INCXDP_RELAY_STAT_MAX);
@@ -116,11 +136,20 @@ static __always_inline enum relay_class relay_classify(struct cursor *c, struct 
 	return RELAY_OK;
 }
 
-/* For this node: its AF_XDP socket on this rx queue if one is bound, else
- * the stack (the UDP socket on the relay port). */
+/* For this node: the AF_XDP socket of (ingress interface, rx queue) if the
+ * endpoint bound one, else its socket on this rx queue, else the stack (the
+ * UDP socket on the relay port). */
 static __always_inline int relay_deliver(struct xdp_md *ctx)
 {
-	int v = bpf_redirect_map(&incxdp_relay_xsks, ctx->rx_queue_index, XDP_PASS);
+	__u32 ifx = ctx->ingress_ifindex, q = ctx->rx_queue_index;
+	__u32 *slot = bpf_map_lookup_elem(&incxdp_relay_ifslots, &ifx);
+	int v = XDP_PASS;
+
+	if (slot && *slot < INCXDP_RELAY_MAX_IFACES && q < INCXDP_RELAY_XSK_QUEUES)
+		v = bpf_redirect_map(&incxdp_relay_if_xsks, *slot * INCXDP_RELAY_XSK_QUEUES + q,
+				     XDP_PASS);
+	if (v != XDP_REDIRECT)
+		v = bpf_redirect_map(&incxdp_relay_xsks, q, XDP_PASS);
 
 	return relay_count(v == XDP_REDIRECT ? INCXDP_RELAY_STAT_DELIVER_XSK
 					     : INCXDP_RELAY_STAT_DELIVER_STACK,

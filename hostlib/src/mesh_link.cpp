@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause
 #include "mesh_link.h"
+#include "xsk_queue_socket.h"
 
 #include <incxdp/relay.h>
 
@@ -8,19 +9,24 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <linux/ethtool.h>
+#include <linux/sockios.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 
@@ -33,6 +39,12 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kRouteTtl = std::chrono::milliseconds(100);
 constexpr size_t kBatch = 64;
 constexpr size_t kRxBuf = 9216 + 64; // the largest MTU the topologies take, with room
+// AF_XDP receive: umem frames per socket (a frame of 64 SMI messages and its
+// headers fits one), and how often an AF_XDP link still reads the UDP socket
+// (frames the relay delivered to the stack before the sockets were bound).
+constexpr uint32_t kXskFrameSize = 4096;
+constexpr uint32_t kXskRxFrames = 512;
+constexpr unsigned kUdpEvery = 32;
 
 std::string ip_string(uint32_t be) {
     char buf[INET_ADDRSTRLEN] = {};
@@ -51,6 +63,53 @@ uint32_t iface_mtu(uint32_t ifindex, std::string *name_out) {
     return mtu;
 }
 
+// rx queues of an interface of this namespace (ethtool: sysfs shows the
+// namespace it was mounted in), at least 1.
+uint32_t rx_queues(const char *ifname) {
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 1;
+    ethtool_channels ch{};
+    ch.cmd = ETHTOOL_GCHANNELS;
+    ifreq ifr{};
+    std::snprintf(ifr.ifr_name, IFNAMSIZ, "%s", ifname);
+    ifr.ifr_data = reinterpret_cast<char *>(&ch);
+    uint32_t n = 1;
+    if (ioctl(fd, SIOCETHTOOL, &ifr) == 0)
+        n = std::max<uint32_t>(1, std::max(ch.rx_count, ch.combined_count));
+    ::close(fd);
+    return n;
+}
+
+// The relay header of a frame for `self` and its payload; false for
+// anything else (frames for another node reach the stack where no relay runs).
+bool parse_relay(const uint8_t *p, size_t len, uint32_t self, InFrame &out) {
+    if (len < sizeof(incxdp_relay_hdr))
+        return false;
+    incxdp_relay_hdr h;
+    memcpy(&h, p, sizeof h);
+    uint32_t plen = ntohl(h.payload_len);
+    if (ntohs(h.magic) != INCXDP_RELAY_MAGIC || h.version != INCXDP_RELAY_VERSION ||
+        ntohl(h.dst_node) != self || plen > len - sizeof h)
+        return false;
+    out = InFrame{ntohl(h.src_node), h.kind, h.hops, h.path, ntohl(h.session), p + sizeof h, plen};
+    return true;
+}
+
+// A whole Ethernet frame from an AF_XDP socket: the relay checked the
+// lengths, the IPv4 header length is all that varies.
+bool parse_eth_frame(std::span<const std::byte> f, uint32_t self, InFrame &out) {
+    const auto *p = reinterpret_cast<const uint8_t *>(f.data());
+    constexpr size_t kEth = 14, kUdp = 8;
+    if (f.size() < kEth + 20 + kUdp || p[12] != 0x08 || p[13] != 0x00)
+        return false;
+    const size_t ihl = size_t(p[kEth] & 0xf) * 4;
+    if (ihl < 20 || f.size() < kEth + ihl + kUdp || p[kEth + 9] != IPPROTO_UDP)
+        return false;
+    const size_t off = kEth + ihl + kUdp;
+    return parse_relay(p + off, f.size() - off, self, out);
+}
+
 struct Fd {
     int fd = -1;
     Fd() = default;
@@ -65,7 +124,8 @@ struct Fd {
 
 class UdpLink final : public Link {
   public:
-    UdpLink(const std::string &pin_dir, std::optional<uint32_t> self_node)
+    UdpLink(const std::string &pin_dir, std::optional<uint32_t> self_node,
+            const std::string &xdp_who = "")
         : pin_dir_(pin_dir), fixed_self_(self_node) {
         std::string routes = pin_dir + "/" INCXDP_MAP_RELAY_ROUTES;
         routes_.fd = bpf_obj_get(routes.c_str());
@@ -102,6 +162,32 @@ class UdpLink final : public Link {
                 fmt::format("mesh: bind UDP port {}: {} (one endpoint per node)",
                             INCXDP_RELAY_UDP_PORT, strerror(errno)));
         rxbuf_.resize(kBatch * kRxBuf);
+        if (xdp_who.empty())
+            return;
+        try {
+            open_xsks(xdp_who);
+        } catch (const std::exception &e) {
+            close_xsks();
+            std::fprintf(stderr, "%s: AF_XDP delivery unavailable, receiving through UDP: %s\n",
+                         xdp_who.c_str(), e.what());
+        }
+    }
+
+    ~UdpLink() override { close_xsks(); }
+
+    std::vector<int> poll_fds() const override {
+        std::vector<int> fds;
+        for (const XskIface &xi : xsk_ifaces_)
+            for (const auto &q : xi.queues)
+                fds.push_back(q->fd());
+        fds.push_back(sock_.fd);
+        return fds;
+    }
+
+    std::string delivery() const override {
+        if (xsk_ifaces_.empty())
+            return "udp";
+        return xsk_ifaces_.front().queues.front()->zero_copy() ? "af_xdp zero-copy" : "af_xdp copy";
     }
 
     uint32_t self_node() const override { return self_; }
@@ -172,6 +258,16 @@ class UdpLink final : public Link {
     }
 
     size_t recv(std::span<InFrame> out) override {
+        size_t got = 0;
+        if (!xsk_ifaces_.empty()) {
+            got = recv_xsk(out);
+            if (got > 0 || ++udp_turn_ % kUdpEvery != 0)
+                return got;
+        }
+        return got + recv_udp(out.subspan(got));
+    }
+
+    size_t recv_udp(std::span<InFrame> out) {
         size_t want = std::min(out.size(), kBatch);
         mmsghdr msgs[kBatch] = {};
         iovec iov[kBatch];
@@ -184,21 +280,32 @@ class UdpLink final : public Link {
         if (rc <= 0)
             return 0;
         size_t n = 0;
-        for (int i = 0; i < rc; i++) {
-            const uint8_t *p = rxbuf_.data() + size_t(i) * kRxBuf;
-            size_t len = msgs[i].msg_len;
-            if (len < sizeof(incxdp_relay_hdr))
-                continue;
-            incxdp_relay_hdr h;
-            memcpy(&h, p, sizeof h);
-            uint32_t plen = ntohl(h.payload_len);
-            // Frames for another node reach this socket where no relay runs.
-            if (ntohs(h.magic) != INCXDP_RELAY_MAGIC || h.version != INCXDP_RELAY_VERSION ||
-                ntohl(h.dst_node) != self_ || plen > len - sizeof h)
-                continue;
-            out[n++] = InFrame{ntohl(h.src_node), h.kind,       h.hops, h.path,
-                               ntohl(h.session),  p + sizeof h, plen};
-        }
+        for (int i = 0; i < rc; i++)
+            if (parse_relay(rxbuf_.data() + size_t(i) * kRxBuf, msgs[i].msg_len, self_, out[n]))
+                n++;
+        return n;
+    }
+
+    // The previous call's frames go back to their fill rings first: InFrame
+    // data is valid until the next recv().
+    size_t recv_xsk(std::span<InFrame> out) {
+        for (detail::XskQueueSocket *s : held_)
+            s->release();
+        held_.clear();
+        size_t n = 0;
+        for (XskIface &xi : xsk_ifaces_)
+            for (auto &q : xi.queues) {
+                if (n >= out.size())
+                    return n;
+                xsk_frames_.clear();
+                q->peek(std::min(out.size() - n, kBatch), xsk_frames_);
+                if (xsk_frames_.empty())
+                    continue;
+                held_.push_back(q.get());
+                for (const auto &f : xsk_frames_)
+                    if (parse_eth_frame(f, self_, out[n]))
+                        n++;
+            }
         return n;
     }
 
@@ -231,6 +338,81 @@ class UdpLink final : public Link {
     }
 
   private:
+    struct XskIface {
+        uint32_t ifindex = 0;
+        std::vector<std::unique_ptr<detail::XskQueueSocket>> queues;
+    };
+
+    // One socket per (relay interface, rx queue), in incxdp_relay_if_xsks
+    // under slot * INCXDP_RELAY_XSK_QUEUES + queue; the interface's slot
+    // goes in last, so the relay never steers to a socket not yet bound.
+    void open_xsks(const std::string &who) {
+        auto open_map = [&](const char *name) {
+            std::string path = pin_dir_ + "/" + name;
+            int fd = bpf_obj_get(path.c_str());
+            if (fd < 0)
+                throw std::runtime_error(fmt::format("cannot open {}: {}", path, strerror(errno)));
+            return fd;
+        };
+        ifslots_.fd = open_map(INCXDP_MAP_RELAY_IFSLOTS);
+        if_xsks_.fd = open_map(INCXDP_MAP_RELAY_IF_XSKS);
+        Fd tx(open_map(INCXDP_MAP_RELAY_TX));
+        std::vector<uint32_t> ifx;
+        uint32_t key = 0, next = 0;
+        const void *prev = nullptr;
+        while (bpf_map_get_next_key(tx.fd, prev, &next) == 0) {
+            ifx.push_back(next);
+            key = next;
+            prev = &key;
+        }
+        std::sort(ifx.begin(), ifx.end());
+        if (ifx.empty())
+            throw std::runtime_error(fmt::format("the relay in {} runs on no interface", pin_dir_));
+        for (uint32_t slot = 0; slot < ifx.size() && slot < INCXDP_RELAY_MAX_IFACES; slot++) {
+            char name[IF_NAMESIZE] = {};
+            if (!if_indextoname(ifx[slot], name))
+                throw std::runtime_error(fmt::format("the relay's interface {} is not here: {}",
+                                                     ifx[slot], strerror(errno)));
+            XskIface xi;
+            xi.ifindex = ifx[slot];
+            // Queues past INCXDP_RELAY_XSK_QUEUES deliver to the stack.
+            const uint32_t nq = std::min<uint32_t>(rx_queues(name), INCXDP_RELAY_XSK_QUEUES);
+            for (uint32_t q = 0; q < nq; q++) {
+                detail::XskQueueConfig c;
+                c.ifname = name;
+                c.queue = q;
+                c.frame_size = kXskFrameSize;
+                c.rx_frames = kXskRxFrames;
+                c.batch = kBatch;
+                c.describe = who + " on " + name;
+                auto sock = std::make_unique<detail::XskQueueSocket>(c);
+                uint32_t k = slot * INCXDP_RELAY_XSK_QUEUES + q;
+                int fd = sock->fd();
+                if (bpf_map_update_elem(if_xsks_.fd, &k, &fd, BPF_ANY) != 0)
+                    throw std::runtime_error(fmt::format(
+                        "cannot put the socket of {} queue {} into " INCXDP_MAP_RELAY_IF_XSKS
+                        ": {}",
+                        name, q, strerror(errno)));
+                xi.queues.push_back(std::move(sock));
+            }
+            if (bpf_map_update_elem(ifslots_.fd, &xi.ifindex, &slot, BPF_ANY) != 0)
+                throw std::runtime_error(
+                    fmt::format("cannot set the slot of {} in " INCXDP_MAP_RELAY_IFSLOTS ": {}",
+                                name, strerror(errno)));
+            xsk_ifaces_.push_back(std::move(xi));
+        }
+    }
+
+    // Slots out first (frames go to the stack again), then the sockets,
+    // which leave incxdp_relay_if_xsks as they close.
+    void close_xsks() {
+        held_.clear();
+        if (ifslots_.fd >= 0)
+            for (const XskIface &xi : xsk_ifaces_)
+                bpf_map_delete_elem(ifslots_.fd, &xi.ifindex);
+        xsk_ifaces_.clear();
+    }
+
     struct Route {
         incxdp_relay_route r{};
         uint32_t mtu[INCXDP_RELAY_MAX_NEXTHOPS] = {};
@@ -277,6 +459,11 @@ class UdpLink final : public Link {
     bool relay_enabled_ = true;
     std::map<uint32_t, Route> routes_cache_;
     std::vector<uint8_t> rxbuf_;
+    Fd ifslots_, if_xsks_;
+    std::vector<XskIface> xsk_ifaces_;
+    std::vector<detail::XskQueueSocket *> held_; // sockets whose frames recv() handed out
+    std::vector<std::span<const std::byte>> xsk_frames_;
+    unsigned udp_turn_ = 0;
 };
 
 } // namespace
@@ -322,6 +509,11 @@ std::unique_ptr<Link> open_udp_link(const std::string &pin_dir) {
 
 std::unique_ptr<Link> open_udp_link(const std::string &pin_dir, uint32_t self_node) {
     return std::make_unique<UdpLink>(pin_dir, self_node);
+}
+
+std::unique_ptr<Link> open_xdp_link(const std::string &pin_dir, uint32_t self_node,
+                                    const std::string &who) {
+    return std::make_unique<UdpLink>(pin_dir, self_node, who.empty() ? "mesh link" : who);
 }
 
 } // namespace incxdp::mesh

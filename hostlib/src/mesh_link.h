@@ -68,6 +68,13 @@ class Link {
     virtual size_t max_payload(uint32_t dst) = 0;
     /// A descriptor that polls readable when recv() has frames, or -1.
     virtual int poll_fd() const { return -1; }
+    /// Every descriptor recv() reads (the AF_XDP sockets and the UDP one).
+    virtual std::vector<int> poll_fds() const {
+        int fd = poll_fd();
+        return fd >= 0 ? std::vector<int>{fd} : std::vector<int>{};
+    }
+    /// How frames for this node arrive: "udp", "af_xdp copy", "af_xdp zero-copy".
+    virtual std::string delivery() const { return "udp"; }
 };
 
 /// $INCXDP_MESH_PIN_DIR, else /sys/fs/bpf/incxdp/mesh.
@@ -85,5 +92,12 @@ std::unique_ptr<Link> open_udp_link(const std::string &pin_dir);
 /// The same for a relay whose nodes are not named by their addresses (SMI
 /// names them by rank): this node is `self_node`, whatever the config says.
 std::unique_ptr<Link> open_udp_link(const std::string &pin_dir, uint32_t self_node);
+/// The same, frames for this node received through AF_XDP: one socket per
+/// (interface the relay runs on, rx queue), put in the relay's
+/// incxdp_relay_if_xsks under the interface's slot (incxdp/relay.h). Where
+/// AF_XDP cannot bind, prints one notice line (naming `who`) and receives
+/// through the UDP socket only. Sending stays on the UDP socket.
+std::unique_ptr<Link> open_xdp_link(const std::string &pin_dir, uint32_t self_node,
+                                    const std::string &who);
 
 } // namespace incxdp::mesh

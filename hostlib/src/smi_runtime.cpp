@@ -2,8 +2,10 @@
 // The SMI runtime's endpoint, frames, link layer and progress thread.
 #include "smi_runtime.h"
 
+#include <bpf/bpf.h>
 #include <fmt/format.h>
 #include <poll.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -122,27 +124,34 @@ void on_frame(incxdp_smi_runtime &rt, const mesh::InFrame &f) {
     const uint32_t src = f.src_node;
     rt.stats.frames_received++;
     const size_t n = f.len / INCXDP_SMI_MSG_LEN;
-    std::vector<incxdp_smi_msg> msgs(n);
-    std::memcpy(msgs.data(), f.data, f.len);
+    // The frame's bytes may be unaligned (an AF_XDP frame): copied message
+    // by message.
+    auto msg = [&](size_t i) {
+        incxdp_smi_msg m;
+        std::memcpy(&m, f.data + i * INCXDP_SMI_MSG_LEN, sizeof m);
+        return m;
+    };
     Peer &p = rt.peers[src];
-    for (const incxdp_smi_msg &m : msgs)
+    for (size_t i = 0; i < n; i++) {
+        const incxdp_smi_msg m = msg(i);
         if (incxdp_smi_op(m.elems_and_op) == INCXDP_SMI_OP_SYNCH &&
             m.data[4] == INCXDP_SMI_SYNCH_LINK_ACK) {
             uint32_t e;
             std::memcpy(&e, m.data, 4);
             on_ack(p, e);
         }
+    }
     const uint32_t seq = f.session;
     if (seq == 0)
         return;
     p.ack_due = true; // also for duplicates and gaps: tells the sender where we are
     if (seq != p.rx_expected)
         return;
-    for (const incxdp_smi_msg &m : msgs)
-        if (!fits(rt, m))
+    for (size_t i = 0; i < n; i++)
+        if (!fits(rt, msg(i)))
             return;
-    for (const incxdp_smi_msg &m : msgs)
-        take(rt, m);
+    for (size_t i = 0; i < n; i++)
+        take(rt, msg(i));
     p.rx_expected++;
 }
 
@@ -172,26 +181,65 @@ void resend_overdue(incxdp_smi_runtime &rt) {
     }
 }
 
+// Polls the link's sockets without sleeping for rt.busy_poll after the last
+// frame (a reply usually follows within it), then sleeps in poll(). Partial
+// batches leave after a sleep: while frames flow, the application's waits
+// flush them, and messages sent one poll round apart would not share frames.
 void progress_loop(incxdp_smi_runtime &rt) {
-    std::vector<mesh::InFrame> in(kRecvBatch);
+    std::vector<pollfd> pfds;
+    if (rt.link)
+        for (int fd : rt.link->poll_fds())
+            pfds.push_back({fd, POLLIN, 0});
+    auto last = Clock::now() - rt.busy_poll;
     while (!rt.stop.load()) {
-        pollfd pfd{rt.link ? rt.link->poll_fd() : -1, POLLIN, 0};
-        ::poll(&pfd, 1, 1);
-        std::lock_guard<std::mutex> g(rt.mu);
-        // Under rt.mu: the link is not thread-safe and application threads send.
-        const size_t got = rt.link ? rt.link->recv(in) : 0;
-        for (size_t i = 0; i < got; i++)
-            on_frame(rt, in[i]);
-        for (size_t d = 0; d < rt.peers.size(); d++) {
-            Peer &p = rt.peers[d];
-            if (!p.batch.empty())
-                flush_peer(rt, static_cast<int>(d));
-            else if (p.ack_due)
-                send_frame(rt, static_cast<int>(d), nullptr, 0);
+        const bool slept = Clock::now() - last >= rt.busy_poll;
+        if (slept)
+            ::poll(pfds.data(), pfds.size(), 1);
+        size_t got;
+        {
+            std::lock_guard<std::mutex> g(rt.mu);
+            got = progress_once(rt, slept);
         }
-        resend_overdue(rt);
-        rt.cv.notify_all();
+        if (got)
+            last = Clock::now();
+        else if (Clock::now() - last < rt.busy_poll)
+            std::this_thread::yield(); // other ranks may share the core
     }
+}
+
+// A CK_R chain from any QSFP ends at the CK that delivers (at most one
+// hand-over per other QSFP); -1 if it does not.
+int ckr_owner(const std::vector<incxdp_smi_ckr_entry> &ckr, int port, unsigned kind) {
+    int ch = 0;
+    for (int step = 0; step <= kQsfps; step++) {
+        const incxdp_smi_ckr_entry &e = ckr[incxdp_smi_ckr_key(ch, port, kind)];
+        if (e.action == INCXDP_SMI_CKR_DELIVER)
+            return e.ch;
+        if (e.action != INCXDP_SMI_CKR_VIA || e.ch >= kQsfps)
+            return -1;
+        ch = e.ch;
+    }
+    return -1;
+}
+
+template <class T>
+std::vector<T> read_array(const std::string &pin_dir, const char *name, size_t n) {
+    const std::string path = pin_dir + "/" + name;
+    const int fd = bpf_obj_get(path.c_str());
+    if (fd < 0)
+        throw std::runtime_error(
+            fmt::format("cannot open {}: {} (install the tables: incxdp smi routes FILE --install)",
+                        path, std::strerror(errno)));
+    std::vector<T> out(n);
+    for (uint32_t k = 0; k < n; k++)
+        if (bpf_map_lookup_elem(fd, &k, &out[k]) != 0) {
+            const int err = errno;
+            ::close(fd);
+            throw std::runtime_error(
+                fmt::format("cannot read entry {} of {}: {}", k, path, std::strerror(err)));
+        }
+    ::close(fd);
+    return out;
 }
 
 } // namespace
@@ -247,6 +295,45 @@ void queue_msg(incxdp_smi_runtime &rt, int dst, const incxdp_smi_msg &m, bool no
         flush_peer(rt, dst);
 }
 
+size_t progress_once(incxdp_smi_runtime &rt, bool flush_batches) {
+    thread_local std::vector<mesh::InFrame> in(kRecvBatch);
+    // Under rt.mu: the link is not thread-safe and application threads send.
+    const size_t got = rt.link ? rt.link->recv(in) : 0;
+    for (size_t i = 0; i < got; i++)
+        on_frame(rt, in[i]);
+    for (size_t d = 0; d < rt.peers.size(); d++) {
+        Peer &p = rt.peers[d];
+        if (flush_batches && !p.batch.empty())
+            flush_peer(rt, static_cast<int>(d));
+        else if (p.ack_due)
+            send_frame(rt, static_cast<int>(d), nullptr, 0);
+    }
+    resend_overdue(rt);
+    if (got)
+        rt.cv.notify_all();
+    return got;
+}
+
+void read_ck_tables(incxdp_smi_runtime &rt, const std::string &pin_dir) {
+    const auto cks = read_array<incxdp_smi_cks_entry>(pin_dir, INCXDP_MAP_SMI_CKS,
+                                                      kQsfps * INCXDP_SMI_CKS_RANKS);
+    const auto ckr = read_array<incxdp_smi_ckr_entry>(pin_dir, INCXDP_MAP_SMI_CKR,
+                                                      kQsfps * INCXDP_SMI_PORTS * 2);
+    if (cks[incxdp_smi_cks_key(0, rt.rank)].action != INCXDP_SMI_CKS_LOCAL)
+        throw std::runtime_error(fmt::format("the CK_S in {} is not rank {}'s (install the tables "
+                                             "of {}: incxdp smi routes --install)",
+                                             pin_dir, rt.rank, rt.cabling.source));
+    rt.hops.assign(rt.size, -1);
+    for (int d = 0; d < rt.size; d++) {
+        const incxdp_smi_cks_entry &e = cks[incxdp_smi_cks_key(0, d)];
+        if (d != rt.rank && e.action != INCXDP_SMI_CKS_UNREACHABLE)
+            rt.hops[d] = e.hops;
+    }
+    for (int port = 0; port < INCXDP_SMI_PORTS; port++)
+        for (unsigned kind : {INCXDP_SMI_CKR_DATA, INCXDP_SMI_CKR_CONTROL})
+            rt.port_owner[port][kind] = ckr_owner(ckr, port, kind);
+}
+
 void start(incxdp_smi_runtime &rt, int rank, const std::string &topology_file,
            const std::string &pin_dir, bool eager) {
     rt.cabling = topo::smi::load_cabling(topology_file);
@@ -258,19 +345,56 @@ void start(incxdp_smi_runtime &rt, int rank, const std::string &topology_file,
     rt.eager_default = eager;
     rt.routes = compute_routes(rt.cabling);
     rt.peers.resize(rt.size);
-    bool any = false;
-    for (int d = 0; d < rt.size; d++)
-        any |= rt.peers[d].reachable = rt.routes.ranks[rank].out_ch[d] >= 0;
     if (const char *ms = std::getenv("INCXDP_SMI_RTO_MS"))
         rt.rto = std::chrono::milliseconds(std::max(1, std::atoi(ms)));
-    // An uncabled rank has no relay to open; it can only fail to reach others.
-    if (any) {
+    if (const char *us = std::getenv("INCXDP_SMI_BUSY_POLL_US"))
+        rt.busy_poll = std::chrono::microseconds(std::max(0, std::atoi(us)));
+    // An uncabled rank has no relay (nor tables) to open; it can only fail
+    // to reach others.
+    const bool cabled = std::any_of(rt.cabling.cable_at[rank].begin(),
+                                    rt.cabling.cable_at[rank].end(), [](int c) { return c >= 0; });
+    rt.hops.assign(rt.size, -1);
+    for (auto &o : rt.port_owner)
+        o = {-1, -1};
+    if (cabled) {
         try {
-            rt.link = mesh::open_udp_link(pin_dir, static_cast<uint32_t>(rank));
+            read_ck_tables(rt, pin_dir);
+            for (int d = 0; d < rt.size; d++)
+                rt.peers[d].reachable = rt.hops[d] > 0;
+            // INCXDP_SMI_AF_XDP=0: the UDP socket only (to compare the paths).
+            const char *x = std::getenv("INCXDP_SMI_AF_XDP");
+            if (x && std::strcmp(x, "0") == 0)
+                rt.link = mesh::open_udp_link(pin_dir, static_cast<uint32_t>(rank));
+            else
+                rt.link = mesh::open_xdp_link(pin_dir, static_cast<uint32_t>(rank),
+                                              fmt::format("SMI rank {}", rank));
         } catch (const std::exception &e) {
             throw std::runtime_error(fmt::format("SMI rank {}: {}", rank, e.what()));
         }
     }
+    // `incxdp smi run`'s start barrier: this rank's sockets are bound; its
+    // peers send once every rank's are.
+    if (const char *w = std::getenv("INCXDP_SMI_READY_FD")) {
+        const int fd = std::atoi(w);
+        const char one = 1;
+        (void)!::write(fd, &one, 1);
+        ::close(fd);
+        unsetenv("INCXDP_SMI_READY_FD");
+    }
+    if (const char *r = std::getenv("INCXDP_SMI_GO_FD")) {
+        const int fd = std::atoi(r);
+        char b;
+        for (;;) {
+            const ssize_t n = ::read(fd, &b, 1);
+            if (n > 0 || (n < 0 && errno == EINTR))
+                continue;
+            break; // EOF: every rank is ready (or the launcher is gone)
+        }
+        ::close(fd);
+        unsetenv("INCXDP_SMI_GO_FD");
+    }
+    if (const char *v = std::getenv("INCXDP_SMI_VERBOSE"); v && *v == '1' && rt.link)
+        std::fprintf(stderr, "SMI rank %d: delivery %s\n", rank, rt.link->delivery().c_str());
     rt.progress = std::thread([&rt] {
         try {
             progress_loop(rt);

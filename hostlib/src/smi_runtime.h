@@ -14,8 +14,10 @@
 #include "smi_routes.h"
 
 #include <incxdp/relay.h>
+#include <incxdp/smi_maps.h>
 #include <incxdp/smi_wire.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -108,6 +110,14 @@ struct incxdp_smi_runtime {
     incxdp::topo::smi::Cabling cabling;
     incxdp::smi::Routes routes;
     std::unique_ptr<incxdp::mesh::Link> link; // null when the cabling gives no peer
+    // From the rank's CK_S map: cables to each rank (-1: unreachable); from
+    // its CK_R map: the QSFP whose CK holds each port's endpoint, for data
+    // and control (-1: none), as `incxdp smi routes --install` wrote them.
+    std::vector<int> hops;
+    std::array<std::array<int, 2>, INCXDP_SMI_PORTS> port_owner{};
+    // After a frame, the progress thread polls the link without sleeping
+    // this long (INCXDP_SMI_BUSY_POLL_US) before it sleeps in poll().
+    std::chrono::microseconds busy_poll{200};
     size_t max_msgs = INCXDP_SMI_MAX_MSGS_PER_FRAME;
     std::chrono::milliseconds rto{20};
 
@@ -133,19 +143,39 @@ void start(incxdp_smi_runtime &rt, int rank, const std::string &topology_file,
 // Waits for the acks of everything sent (bounded), then stops.
 void finish(incxdp_smi_runtime &rt);
 
+// The rank's CK_S and CK_R from the maps pinned in `pin_dir` (hops,
+// port_owner). Throws if they are not installed or do not match the cabling.
+void read_ck_tables(incxdp_smi_runtime &rt, const std::string &pin_dir);
+
 // Under rt.mu: the message goes into the peer's batch (a frame leaves when
 // the batch is full or `now`), or on the wire at once.
 void queue_msg(incxdp_smi_runtime &rt, int dst, const incxdp_smi_msg &m, bool now);
 void flush_peer(incxdp_smi_runtime &rt, int dst);
 void flush_all(incxdp_smi_runtime &rt);
+// Under rt.mu: one receive round (frames in, acks out, and the batches if
+// `flush_batches`); the number of frames received.
+size_t progress_once(incxdp_smi_runtime &rt, bool flush_batches);
 // Under rt.mu: waits until pred() holds, flushing batches first so that
-// what the wait depends on is on its way.
+// what the wait depends on is on its way. For rt.busy_poll the waiting
+// thread receives itself (a frame handed over by the progress thread costs
+// a wake-up), then it sleeps until the progress thread notifies.
 template <class Pred>
 void wait_for(incxdp_smi_runtime &rt, std::unique_lock<std::mutex> &lk, Pred pred) {
     if (pred())
         return;
     flush_all(rt);
-    rt.cv.wait(lk, pred);
+    const auto until = Clock::now() + rt.busy_poll;
+    while (!pred()) {
+        if (Clock::now() >= until) {
+            rt.cv.wait(lk, pred);
+            return;
+        }
+        if (progress_once(rt, false) == 0) {
+            lk.unlock(); // other threads of the program, other ranks on the core
+            std::this_thread::yield();
+            lk.lock();
+        }
+    }
 }
 
 } // namespace incxdp::smi

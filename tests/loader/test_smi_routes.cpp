@@ -185,4 +185,24 @@ TEST(SmiTopology, MeshFromCabling) {
     EXPECT_TRUE(found);
 }
 
+// The map images `incxdp smi routes --install` writes (incxdp/smi_maps.h).
+TEST(SmiRoutes, MapEntriesMirrorTheTables) {
+    Cabling c = load_cabling(kDir + "chain8.json");
+    const incxdp::smi::Routes r = compute_routes(c);
+    const auto cks = incxdp::smi::cks_map_entries(r, 0);
+    ASSERT_EQ(cks.size(), size_t(incxdp::smi::kQsfps) * INCXDP_SMI_CKS_RANKS);
+    EXPECT_EQ(cks[incxdp_smi_cks_key(0, 0)].action, INCXDP_SMI_CKS_LOCAL);
+    // Rank 0 of the chain leaves by ch1 for everyone, 7 cables to rank 7.
+    EXPECT_EQ(cks[incxdp_smi_cks_key(1, 7)].action, INCXDP_SMI_CKS_OUT);
+    EXPECT_EQ(cks[incxdp_smi_cks_key(1, 7)].hops, 7);
+    EXPECT_EQ(cks[incxdp_smi_cks_key(1, 7)].cost, 706u); // 7 cables, 6 transfers
+    EXPECT_EQ(cks[incxdp_smi_cks_key(0, 7)].action, INCXDP_SMI_CKS_VIA);
+    EXPECT_EQ(cks[incxdp_smi_cks_key(0, 7)].ch, 1);
+    EXPECT_EQ(cks[incxdp_smi_cks_key(0, 8)].action, INCXDP_SMI_CKS_UNREACHABLE); // no rank 8
+    const auto ckr = incxdp::smi::ckr_map_entries();
+    EXPECT_EQ(ckr[incxdp_smi_ckr_key(1, 5, INCXDP_SMI_CKR_DATA)].action, INCXDP_SMI_CKR_DELIVER);
+    EXPECT_EQ(ckr[incxdp_smi_ckr_key(0, 5, INCXDP_SMI_CKR_CONTROL)].action, INCXDP_SMI_CKR_VIA);
+    EXPECT_EQ(ckr[incxdp_smi_ckr_key(0, 5, INCXDP_SMI_CKR_CONTROL)].ch, 1);
+}
+
 } // namespace

@@ -3,7 +3,8 @@
  * SMI timings for scripts/bench-smi (not a test). Started by `incxdp smi
  * run` on every rank; rank 0 prints one JSON line per measurement.
  *   pingpong ITERS   rank 0 <-> rank k for every k: one int each way
- *   bw N             rank 0 -> rank 1: N ints element by element, then bulk
+ *   bw N             rank 0 -> rank 1: N ints element by element, then bulk,
+ *                    with the default channel buffer (16 packets), then 1024
  *   coll N ITERS     bcast and reduce of N floats from root 0
  */
 #include <incxdp/smi.h>
@@ -65,30 +66,32 @@ int main(int argc, char **argv)
 	} else if (strcmp(mode, "bw") == 0) {
 		int cnt = argc > 2 ? atoi(argv[2]) : 1000000;
 		int *buf = calloc(cnt, sizeof(int));
-		for (int bulk = 0; bulk < 2; bulk++) {
+		for (int run = 0; run < 4; run++) {
+			int bulk = run % 2, ad = run < 2 ? 0 : 1024, port = 40 + 4 * run;
 			double t0 = now_us();
 			if (rank == 0) {
-				SMI_Channel s = SMI_Open_send_channel(cnt, SMI_INT, 1, 40 + bulk, comm);
+				SMI_Channel s = SMI_Open_send_channel_ad(cnt, SMI_INT, 1, port, comm, ad);
 				if (bulk)
 					incxdp_smi_push_n(&s, buf, cnt);
 				else
 					for (int i = 0; i < cnt; i++)
 						SMI_Push(&s, &buf[i]);
-				SMI_Channel a = SMI_Open_receive_channel(1, SMI_INT, 1, 42 + bulk, comm);
+				SMI_Channel a = SMI_Open_receive_channel(1, SMI_INT, 1, port + 2, comm);
 				int ack;
 				SMI_Pop(&a, &ack);
 				double us = now_us() - t0;
-				printf("{\"bench\":\"bandwidth\",\"bulk\":%s,\"ints\":%d,\"MB_per_s\":%.1f}\n",
-				       bulk ? "true" : "false", cnt, cnt * 4.0 / us);
+				printf("{\"bench\":\"bandwidth\",\"bulk\":%s,\"async_degree\":%d,\"ints\":%d,"
+				       "\"MB_per_s\":%.1f,\"M_elems_per_s\":%.2f}\n",
+				       bulk ? "true" : "false", ad ? ad : 16, cnt, cnt * 4.0 / us, cnt / us);
 				fflush(stdout);
 			} else if (rank == 1) {
-				SMI_Channel r = SMI_Open_receive_channel(cnt, SMI_INT, 0, 40 + bulk, comm);
+				SMI_Channel r = SMI_Open_receive_channel_ad(cnt, SMI_INT, 0, port, comm, ad);
 				if (bulk)
 					incxdp_smi_pop_n(&r, buf, cnt);
 				else
 					for (int i = 0; i < cnt; i++)
 						SMI_Pop(&r, &buf[i]);
-				SMI_Channel a = SMI_Open_send_channel(1, SMI_INT, 0, 42 + bulk, comm);
+				SMI_Channel a = SMI_Open_send_channel(1, SMI_INT, 0, port + 2, comm);
 				int ack = 1;
 				SMI_Push(&a, &ack);
 			}

@@ -64,6 +64,13 @@ enum incxdp_relay_kind {
 #define INCXDP_MAP_RELAY_TX "incxdp_relay_tx"
 #define INCXDP_MAP_RELAY_XSKS "incxdp_relay_xsks"
 #define INCXDP_MAP_RELAY_STATS "incxdp_relay_stats"
+/* Per-interface delivery (an endpoint with one AF_XDP socket per (interface,
+ * rx queue), e.g. an SMI rank with up to 4 QSFPs): the endpoint gives each
+ * of the relay's interfaces a slot and binds its sockets under
+ * slot * INCXDP_RELAY_XSK_QUEUES + rx queue. Tried before incxdp_relay_xsks. */
+#define INCXDP_MAP_RELAY_IFSLOTS "incxdp_relay_ifslots"
+#define INCXDP_MAP_RELAY_IF_XSKS "incxdp_relay_if_xsks"
+#define INCXDP_RELAY_XSK_QUEUES 16
 
 /* incxdp_relay_cfg (array, one entry): this node and its knobs. */
 struct incxdp_relay_cfg {
