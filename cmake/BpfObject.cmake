@@ -45,6 +45,9 @@ function(bpf_object name source)
     DEPENDS ${obj}
     COMMENT "skeleton ${name}.skel.h")
   add_custom_target(${name}_skel DEPENDS ${skel})
+  # The skeletons embed the objects, so nothing loads these at run time;
+  # they are installed for inspection (bpftool, llvm-objdump) and other loaders.
+  install(FILES ${obj} DESTINATION ${CMAKE_INSTALL_LIBDIR}/incxdp/bpf COMPONENT runtime)
   add_library(incxdp_bpf_${name} INTERFACE)
   add_dependencies(incxdp_bpf_${name} ${name}_skel)
   target_include_directories(incxdp_bpf_${name} INTERFACE ${CMAKE_CURRENT_BINARY_DIR}/skel)
