@@ -681,8 +681,9 @@ void Tree124::capture_and_check(uint32_t elems)
     s.elems = elems;
     run(s);
     // Per iteration and connection: one barrier message, then 1 MiB in
-    // messages of `elems` int32 (the last one padded).
-    const int psns_per_stream = s.iters * (1 + ((1 << 20) + 4 * elems - 1) / (4 * elems));
+    // messages of `elems` int32 (the last one padded); plus the start
+    // check every new worker runs first (docs/ROCE.md §7).
+    const int psns_per_stream = 1 + s.iters * (1 + ((1 << 20) + 4 * elems - 1) / (4 * elems));
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     proc::run({"pkill", "-INT", "-f", "incxdp-cap-" + std::to_string(getpid())});
     for (size_t i = 0; i < caps.size(); i++) {
