@@ -45,6 +45,8 @@ set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_DEB_COMPONENT_INSTALL OFF)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION net)
+# Debian ships binaries without debug info (RelWithDebInfo builds carry it).
+set(CPACK_STRIP_FILES ON)
 # dpkg-shlibdeps derives Depends from the ELF files (libbpf1, libxdp1,
 # libyaml-cpp0.7, libfmt9, ...); iproute2 is what `incxdp topo` runs.
 find_program(DPKG_SHLIBDEPS dpkg-shlibdeps)
