@@ -231,6 +231,13 @@ template <typename T> void check_out(const T *p, const char *what, const char *n
         throw std::invalid_argument(fmt::format("{}: {} is NULL", what, name));
 }
 
+// A collective's two buffers: both needed unless nothing moves.
+void check_buffers(const char *what, const void *send, const void *recv, size_t count) {
+    if (count != 0 && (!send || !recv))
+        throw std::invalid_argument(
+            fmt::format("{}: {} is NULL (count {})", what, send ? "recv" : "send", count));
+}
+
 } // namespace
 
 extern "C" {
@@ -353,9 +360,7 @@ incxdp_status_t incxdp_allreduce(incxdp_comm_t *comm, const void *send, void *re
         DType d = to_dtype(dtype, what);
         ReduceOp o = to_op(op, what);
         check_wire_op(*comm->comm, o, what);
-        if (count != 0 && (!send || !recv))
-            throw std::invalid_argument(
-                fmt::format("{}: {} is NULL (count {})", what, send ? "recv" : "send", count));
+        check_buffers(what, send, recv, count);
         comm->comm->allreduce(send, recv, count, d, o);
     });
 }
@@ -387,9 +392,7 @@ incxdp_status_t incxdp_allgather(incxdp_comm_t *comm, const void *send, void *re
         const char *what = "incxdp_allgather";
         check_comm(comm, what);
         DType d = to_dtype(dtype, what);
-        if (count != 0 && (!send || !recv))
-            throw std::invalid_argument(
-                fmt::format("{}: {} is NULL (count {})", what, send ? "recv" : "send", count));
+        check_buffers(what, send, recv, count);
         comm->comm->allgather(send, recv, count, d);
     });
 }
@@ -402,9 +405,7 @@ incxdp_status_t incxdp_reduce_scatter(incxdp_comm_t *comm, const void *send, voi
         DType d = to_dtype(dtype, what);
         ReduceOp o = to_op(op, what);
         check_wire_op(*comm->comm, o, what);
-        if (count != 0 && (!send || !recv))
-            throw std::invalid_argument(
-                fmt::format("{}: {} is NULL (count {})", what, send ? "recv" : "send", count));
+        check_buffers(what, send, recv, count);
         comm->comm->reduce_scatter(send, recv, count, d, o);
     });
 }
