@@ -257,8 +257,9 @@ static __always_inline int aggregate(struct xdp_md *ctx, struct cursor *c, struc
 		}
 		if (!job_admits(job, &k))
 			return XDP_DROP;
-		/* Trees are native only: SwitchML stays a one-switch star. */
-		if (k.wire == INCXDP_WIRE_NATIVE)
+		/* Trees are native only: SwitchML stays a one-switch star, and
+		 * a star (fanin 0) has no parent to look up per frame. */
+		if (k.wire == INCXDP_WIRE_NATIVE && job->fanin)
 			parent = tree_parent(k.job);
 		q.bit = tree_bit(job, w);
 		q.expected = tree_expected(job);

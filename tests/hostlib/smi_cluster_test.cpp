@@ -4,6 +4,7 @@
 // routes and runs tests/smi/smi_check.c (C, against incxdp/smi.h) once per
 // rank; every element is checked by the program. Then the same binary on
 // the re-cabled cluster (the chain), and a run whose ranks fail.
+#include "shell_run.h"
 #include "../common/interrupt_cleanup.h"
 
 #include <gtest/gtest.h>
@@ -19,23 +20,8 @@ using incxdp::test::CleanupOnInterrupt;
 
 const std::string kSmiDir = std::string(INCXDP_SOURCE_DIR) + "/topo/topologies/smi/";
 
-struct CmdResult {
-    int status = -1;
-    std::string out;
-};
-
-CmdResult run(const std::string &cmd) {
-    CmdResult r;
-    FILE *p = popen((cmd + " 2>&1").c_str(), "r");
-    if (!p)
-        return r;
-    char buf[4096];
-    while (size_t n = fread(buf, 1, sizeof(buf), p))
-        r.out.append(buf, n);
-    int st = pclose(p);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    return r;
-}
+using incxdp::test::CmdResult;
+using incxdp::test::run;
 
 class SmiCluster : public ::testing::Test {
   protected:

@@ -5,6 +5,7 @@
 // pinned maps, entry for entry what the cabling gives, with BTF field names;
 // re-cabled to the chain, the same namespaces get the chain's tables. Then
 // the text cabling format and the 16-rank torus run tests/smi/smi_check.c.
+#include "shell_run.h"
 #include "../common/interrupt_cleanup.h"
 #include "smi_routes.h"
 
@@ -27,23 +28,8 @@ namespace tsmi = incxdp::topo::smi;
 
 const std::string kSmiDir = std::string(INCXDP_SOURCE_DIR) + "/topo/topologies/smi/";
 
-struct CmdResult {
-    int status = -1;
-    std::string out;
-};
-
-CmdResult run(const std::string &cmd, bool merge_stderr = true) {
-    CmdResult r;
-    FILE *p = popen((cmd + (merge_stderr ? " 2>&1" : " 2>/dev/null")).c_str(), "r");
-    if (!p)
-        return r;
-    char buf[4096];
-    while (size_t n = fread(buf, 1, sizeof(buf), p))
-        r.out.append(buf, n);
-    int st = pclose(p);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    return r;
-}
+using incxdp::test::CmdResult;
+using incxdp::test::run;
 
 // bpftool's JSON of an entry: the BTF-formatted value where it has one.
 json formatted(const json &e) {
