@@ -7,6 +7,7 @@
 #pragma once
 
 #include <incxdp/roce.h>
+#include <incxdp/util/mac.h>
 
 #include <array>
 #include <cstddef>
@@ -16,7 +17,7 @@
 
 namespace incxdp::refsw {
 
-using Mac = std::array<uint8_t, 6>;
+using util::Mac;
 
 inline constexpr size_t kEthLen = 14;
 inline constexpr size_t kIpOff = kEthLen;

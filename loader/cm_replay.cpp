@@ -3,6 +3,9 @@
 
 #include "cm_payload.h"
 
+#include <incxdp/util/fd.h>
+#include <incxdp/util/ipv4.h>
+
 #include <fmt/format.h>
 
 #include <arpa/inet.h>
@@ -51,23 +54,7 @@ constexpr size_t kChunk = 64 * 1024;
 // starve the others (and their timestamps) in the single loop.
 constexpr int kChunksPerEvent = 4;
 
-struct Fd {
-    int fd = -1;
-    Fd() = default;
-    explicit Fd(int f) : fd(f) {}
-    Fd(Fd &&o) noexcept : fd(std::exchange(o.fd, -1)) {}
-    Fd &operator=(Fd &&o) noexcept {
-        reset();
-        fd = std::exchange(o.fd, -1);
-        return *this;
-    }
-    ~Fd() { reset(); }
-    void reset() {
-        if (fd >= 0)
-            ::close(fd);
-        fd = -1;
-    }
-};
+using util::Fd;
 
 std::string errno_str(int e) {
     return fmt::format("{} ({})", std::strerror(e), e);
@@ -159,13 +146,13 @@ class Replayer {
 };
 
 int Replayer::socket_in(uint32_t host) {
-    if (::setns(ns_.at(host).fd, CLONE_NEWNET) != 0)
+    if (::setns(ns_.at(host).get(), CLONE_NEWNET) != 0)
         throw std::runtime_error(fmt::format("setns into {}: {}",
                                              topo::netns_name(o_.prefix, hosts_[host]->name),
                                              errno_str(errno)));
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int err = errno;
-    if (::setns(orig_ns_.fd, CLONE_NEWNET) != 0)
+    if (::setns(orig_ns_.get(), CLONE_NEWNET) != 0)
         throw std::runtime_error("setns back into the original namespace: " + errno_str(errno));
     if (fd < 0)
         throw std::runtime_error("socket: " + errno_str(err));
@@ -176,8 +163,10 @@ sockaddr_in addr_of(const std::string &ip, uint16_t port) {
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
-    if (inet_pton(AF_INET, ip.c_str(), &a.sin_addr) != 1)
+    const auto be = util::parse_ipv4_be(ip);
+    if (!be)
         throw std::runtime_error("bad host address " + ip);
+    a.sin_addr.s_addr = *be;
     return a;
 }
 
@@ -205,7 +194,7 @@ void Replayer::setup() {
                 "flow {} (line {}): size 0 (unbounded) cannot be replayed", f.id, f.line));
     }
     orig_ns_ = Fd(::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC));
-    if (orig_ns_.fd < 0)
+    if (orig_ns_.get() < 0)
         throw std::runtime_error("open /proc/self/ns/net: " + errno_str(errno));
     for (const Flow &f : m_.flows)
         for (uint32_t h : {f.src, f.dst}) {
@@ -213,7 +202,7 @@ void Replayer::setup() {
                 continue;
             const std::string ns = topo::netns_name(o_.prefix, hosts_[h]->name);
             Fd fd(::open(("/var/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC));
-            if (fd.fd < 0)
+            if (fd.get() < 0)
                 throw std::runtime_error(fmt::format(
                     "namespace {} of host {} (node {}): {}; bring the topology up first "
                     "(incxdp topo up FILE --prefix {})",
@@ -227,23 +216,23 @@ void Replayer::setup() {
         ::setrlimit(RLIMIT_NOFILE, &rl);
     }
     ep_ = Fd(::epoll_create1(EPOLL_CLOEXEC));
-    if (ep_.fd < 0)
+    if (ep_.get() < 0)
         throw std::runtime_error("epoll_create1: " + errno_str(errno));
     for (const Flow &f : m_.flows) {
         if (listen_.count(f.dst))
             continue;
         Fd fd(socket_in(f.dst));
         int one = 1;
-        ::setsockopt(fd.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
         sockaddr_in a = addr_of(hosts_[f.dst]->ip, o_.port);
-        if (::bind(fd.fd, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0 ||
-            ::listen(fd.fd, 4096) != 0)
+        if (::bind(fd.get(), reinterpret_cast<sockaddr *>(&a), sizeof a) != 0 ||
+            ::listen(fd.get(), 4096) != 0)
             throw std::runtime_error(
                 fmt::format("listen on {}:{} in {}: {}", hosts_[f.dst]->ip, o_.port,
                             topo::netns_name(o_.prefix, hosts_[f.dst]->name), errno_str(errno)));
         Ep &e = listen_eps_.emplace_back(Ep{Ep::Listen, f.dst});
         epoll_event ev{EPOLLIN, {.ptr = &e}};
-        ::epoll_ctl(ep_.fd, EPOLL_CTL_ADD, fd.fd, &ev);
+        ::epoll_ctl(ep_.get(), EPOLL_CTL_ADD, fd.get(), &ev);
         listen_[f.dst] = std::move(fd);
     }
     for (const Trigger &t : m_.triggers)
@@ -303,12 +292,12 @@ void Replayer::open(size_t i) {
     fs.res.state = "running";
     running_++;
     sockaddr_in a = addr_of(hosts_[f.dst]->ip, o_.port);
-    if (::connect(fs.fd.fd, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0 &&
+    if (::connect(fs.fd.get(), reinterpret_cast<sockaddr *>(&a), sizeof a) != 0 &&
         errno != EINPROGRESS)
         return fail(
             i, fmt::format("connect to {}:{}: {}", hosts_[f.dst]->ip, o_.port, errno_str(errno)));
     epoll_event ev{EPOLLOUT, {.ptr = &fs.ep}};
-    ::epoll_ctl(ep_.fd, EPOLL_CTL_ADD, fs.fd.fd, &ev);
+    ::epoll_ctl(ep_.get(), EPOLL_CTL_ADD, fs.fd.get(), &ev);
 }
 
 void Replayer::fire(uint32_t id) {
@@ -383,7 +372,7 @@ void Replayer::on_send(size_t i, uint32_t events) {
     if (!fs.connected) {
         int err = 0;
         socklen_t len = sizeof err;
-        ::getsockopt(fs.fd.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        ::getsockopt(fs.fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
         if (err)
             return fail(i, fmt::format("connect {} -> {}:{}: {}", fs.res.src_host,
                                        hosts_[f.dst]->ip, o_.port, errno_str(err)));
@@ -410,8 +399,8 @@ void Replayer::on_send(size_t i, uint32_t events) {
             else
                 pattern_bytes(f.id, poff, fs.buf.data() + at, n - at);
         }
-        ssize_t w =
-            ::send(fs.fd.fd, fs.buf.data() + fs.buf_pos, fs.buf.size() - fs.buf_pos, MSG_NOSIGNAL);
+        ssize_t w = ::send(fs.fd.get(), fs.buf.data() + fs.buf_pos, fs.buf.size() - fs.buf_pos,
+                           MSG_NOSIGNAL);
         if (w < 0) {
             if (errno == EAGAIN || errno == EINTR)
                 return;
@@ -422,13 +411,13 @@ void Replayer::on_send(size_t i, uint32_t events) {
         if (fs.stream_off == total) {
             fs.awaiting_ack = true;
             epoll_event ev{EPOLLIN, {.ptr = &fs.ep}};
-            ::epoll_ctl(ep_.fd, EPOLL_CTL_MOD, fs.fd.fd, &ev);
+            ::epoll_ctl(ep_.get(), EPOLL_CTL_MOD, fs.fd.get(), &ev);
             return;
         }
     }
     if (!(events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
         return;
-    ssize_t r = ::recv(fs.fd.fd, fs.ack + fs.ack_got, sizeof fs.ack - fs.ack_got, 0);
+    ssize_t r = ::recv(fs.fd.get(), fs.ack + fs.ack_got, sizeof fs.ack - fs.ack_got, 0);
     if (r < 0 && (errno == EAGAIN || errno == EINTR))
         return;
     if (r <= 0)
@@ -452,7 +441,7 @@ void Replayer::on_send(size_t i, uint32_t events) {
 
 void Replayer::on_listen(size_t host) {
     for (;;) {
-        int fd = ::accept4(listen_.at(static_cast<uint32_t>(host)).fd, nullptr, nullptr,
+        int fd = ::accept4(listen_.at(static_cast<uint32_t>(host)).get(), nullptr, nullptr,
                            SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno != EAGAIN && errno != EINTR)
@@ -465,7 +454,7 @@ void Replayer::on_listen(size_t host) {
         r.host = static_cast<uint32_t>(host);
         r.ep.idx = recvs_.size() - 1;
         epoll_event ev{EPOLLIN, {.ptr = &r.ep}};
-        ::epoll_ctl(ep_.fd, EPOLL_CTL_ADD, fd, &ev);
+        ::epoll_ctl(ep_.get(), EPOLL_CTL_ADD, fd, &ev);
     }
 }
 
@@ -547,7 +536,7 @@ void Replayer::finish_recv(Receiver &r) {
     fs.res.recv_done_s = now();
     fs.res.verified = true;
     uint64_t ack = f.size;
-    if (::send(r.fd.fd, &ack, sizeof ack, MSG_NOSIGNAL) != sizeof ack)
+    if (::send(r.fd.get(), &ack, sizeof ack, MSG_NOSIGNAL) != sizeof ack)
         return fail(i, "sending the ack: " + errno_str(errno));
     if (f.recv_done)
         fire(*f.recv_done);
@@ -560,9 +549,9 @@ void Replayer::on_recv(size_t idx) {
     Receiver &r = recvs_[idx];
     uint8_t buf[kChunk];
     for (int budget = kChunksPerEvent; budget > 0; --budget) {
-        if (r.fd.fd < 0)
+        if (r.fd.get() < 0)
             return;
-        ssize_t n = ::recv(r.fd.fd, buf, sizeof buf, 0);
+        ssize_t n = ::recv(r.fd.get(), buf, sizeof buf, 0);
         if (n < 0) {
             if (errno != EAGAIN && errno != EINTR) {
                 if (r.flow >= 0 && !r.complete)
@@ -600,26 +589,26 @@ void Replayer::warm_up() {
     for (const Flow &f : m_.flows)
         pairs.insert({f.src, f.dst});
     Fd ep(::epoll_create1(EPOLL_CLOEXEC));
-    if (ep.fd < 0)
+    if (ep.get() < 0)
         throw std::runtime_error("epoll_create1: " + errno_str(errno));
     std::vector<Fd> socks;
     for (const auto &[src, dst] : pairs) {
         Fd fd(socket_in(src));
         sockaddr_in a = addr_of(hosts_[dst]->ip, o_.port);
-        if (::connect(fd.fd, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0 &&
+        if (::connect(fd.get(), reinterpret_cast<sockaddr *>(&a), sizeof a) != 0 &&
             errno != EINPROGRESS)
             continue; // the flow itself will report it
         epoll_event ev{EPOLLOUT, {.u64 = socks.size()}};
-        ::epoll_ctl(ep.fd, EPOLL_CTL_ADD, fd.fd, &ev);
+        ::epoll_ctl(ep.get(), EPOLL_CTL_ADD, fd.get(), &ev);
         socks.push_back(std::move(fd));
     }
     const auto deadline = Clock::now() + std::chrono::seconds(10);
     size_t pending = socks.size();
     epoll_event evs[256];
     while (pending > 0 && Clock::now() < deadline) {
-        int n = ::epoll_wait(ep.fd, evs, 256, 100);
+        int n = ::epoll_wait(ep.get(), evs, 256, 100);
         for (int k = 0; k < n; ++k) {
-            ::epoll_ctl(ep.fd, EPOLL_CTL_DEL, socks[evs[k].data.u64].fd, nullptr);
+            ::epoll_ctl(ep.get(), EPOLL_CTL_DEL, socks[evs[k].data.u64].get(), nullptr);
             pending--;
         }
     }
@@ -633,7 +622,7 @@ ReplayResult Replayer::run() {
         before = read_counters(t_, o_.prefix);
     if (inc_->fd() >= 0) {
         epoll_event ev{EPOLLIN, {.ptr = &inc_ep_}};
-        if (::epoll_ctl(ep_.fd, EPOLL_CTL_ADD, inc_->fd(), &ev) != 0)
+        if (::epoll_ctl(ep_.get(), EPOLL_CTL_ADD, inc_->fd(), &ev) != 0)
             throw std::runtime_error("epoll_ctl (INC path): " + errno_str(errno));
     }
     t0_ = Clock::now();
@@ -661,7 +650,7 @@ ReplayResult Replayer::run() {
         if (o_.timeout_s > 0)
             wake = std::min(wake, o_.timeout_s);
         const int ms = static_cast<int>(std::ceil(std::max(0.0, wake - t) * 1000));
-        int n = ::epoll_wait(ep_.fd, evs, 256, ms);
+        int n = ::epoll_wait(ep_.get(), evs, 256, ms);
         if (n < 0 && errno != EINTR)
             throw std::runtime_error("epoll_wait: " + errno_str(errno));
         for (int k = 0; k < n; ++k) {
@@ -671,7 +660,7 @@ ReplayResult Replayer::run() {
                 on_listen(e.idx);
                 break;
             case Ep::Send:
-                if (flows_[e.idx].fd.fd >= 0)
+                if (flows_[e.idx].fd.get() >= 0)
                     on_send(e.idx, evs[k].events);
                 break;
             case Ep::Recv:

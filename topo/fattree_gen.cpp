@@ -22,25 +22,14 @@ struct Addr {
 };
 
 Addr parse_subnet(const std::string &s) {
-    const auto slash = s.find('/');
-    const auto ip = detail::parse_ipv4(s.substr(0, slash));
-    int prefix = -1;
-    if (slash != std::string::npos) {
-        const std::string len = s.substr(slash + 1);
-        if (!len.empty() && len.size() <= 2 && len.find_first_not_of("0123456789") == len.npos)
-            prefix = std::stoi(len);
-    }
-    if (!ip || prefix < 1 || prefix > 16)
+    std::string why;
+    const auto c = detail::parse_cidr(s, 16, &why);
+    if (!c)
         throw TopologyError(fmt::format(
             "fattree: bad --subnet '{}': expected a.b.0.0/len with len 1..16 (hosts, ToR, Agg "
-            "and core switches each take a quarter of a /16)",
-            s));
-    const uint32_t mask = ~uint32_t{0} << (32 - prefix);
-    if ((*ip & mask) != *ip)
-        throw TopologyError(fmt::format("fattree: bad --subnet '{}': host bits set (did you mean "
-                                        "{}/{}?)",
-                                        s, detail::format_ipv4(*ip & mask), prefix));
-    return Addr{*ip};
+            "and core switches each take a quarter of a /16); {}",
+            s, why));
+    return Addr{c->net};
 }
 
 } // namespace

@@ -12,6 +12,10 @@ std::string format_mac(const Mac &m) {
                        m[5]);
 }
 
+std::string format_mac(const uint8_t (&b)[6]) {
+    return format_mac(Mac{b[0], b[1], b[2], b[3], b[4], b[5]});
+}
+
 std::optional<Mac> parse_mac(std::string_view s) {
     auto hex = [](char c) -> int {
         if (c >= '0' && c <= '9')

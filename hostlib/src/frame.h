@@ -4,6 +4,8 @@
 // frames. Pure functions and plain classes, so they are unit-tested alone.
 #pragma once
 
+#include <incxdp/util/mac.h>
+
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -18,7 +20,7 @@ inline constexpr size_t kIpv4HdrLen = 20;
 inline constexpr size_t kUdpHdrLen = 8;
 inline constexpr size_t kFrameHdrLen = kEthHdrLen + kIpv4HdrLen + kUdpHdrLen; // 42
 
-using Mac = std::array<uint8_t, 6>;
+using util::Mac;
 
 /// Both ends of the worker <-> switch flow. IPs in network byte order,
 /// ports in host byte order.

@@ -2,8 +2,8 @@
 #include "roce_engine.h"
 #include "stop.h"
 
-#include <arpa/inet.h>
 #include <fmt/format.h>
+#include <incxdp/util/ipv4.h>
 
 #include <algorithm>
 #include <array>
@@ -47,19 +47,12 @@ class StartCheck final : public RocePackets {
     void consume(uint64_t, std::span<const std::byte>) override {}
 };
 
-uint32_t parse_ip(const std::string &ip, const char *what) {
-    in_addr a{};
-    if (inet_pton(AF_INET, ip.c_str(), &a) != 1)
-        throw std::invalid_argument(fmt::format("roce: {} '{}' is not an IPv4 address", what, ip));
-    return a.s_addr;
-}
-
 RoceEndpoint endpoint_of(const CommConfig &c) {
     RoceEndpoint e;
     e.src_mac = c.roce.local_mac;
     e.dst_mac = c.roce.switch_mac;
-    e.src_ip = parse_ip(c.local_ip, "local address");
-    e.dst_ip = parse_ip(c.switch_ip, "switch address");
+    e.src_ip = util::ipv4_be_or_throw(c.local_ip, "roce: local address");
+    e.dst_ip = util::ipv4_be_or_throw(c.switch_ip, "roce: switch address");
     e.src_port = c.roce.sport;
     e.dst_qpn = c.roce.remote_qpn;
     return e;
@@ -71,8 +64,7 @@ RoceEngine::RoceEngine(const CommConfig &cfg, Transport &transport)
     : cfg_(cfg), transport_(transport), tmpl_(endpoint_of(cfg)),
       per_packet_(cfg.effective_elems_per_packet()),
       max_frame_(RoceSendTemplate::frame_len(4 * size_t(per_packet_))), window_(cfg.window),
-      reorder_(kMinReorder), in_flight_(cfg.window),
-      backlog_(cfg) {
+      reorder_(kMinReorder), in_flight_(cfg.window), backlog_(cfg) {
     send_mem_.resize(size_t(window_) * max_frame_);
     ring_.resize(window_);
     for (size_t i = 0; i < ring_.size(); ++i)

@@ -4,6 +4,8 @@
 // ACK/NAK, the masked ICRC fields, rejections, PSN wrap.
 #include "roce_frame.h"
 
+#include <incxdp/util/ipv4.h>
+
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <zlib.h>
@@ -15,6 +17,7 @@
 #include <vector>
 
 using namespace incxdp::detail;
+using incxdp::util::ipv4_be_or_throw;
 
 namespace {
 
@@ -23,12 +26,6 @@ std::vector<std::byte> from_hex(const std::string &hex) {
     for (size_t i = 0; i + 1 < hex.size(); i += 2)
         out.push_back(std::byte(std::stoul(hex.substr(i, 2), nullptr, 16)));
     return out;
-}
-
-uint32_t ipv4(const char *s) {
-    in_addr a{};
-    inet_pton(AF_INET, s, &a);
-    return a.s_addr;
 }
 
 // Produced once with Debian's python3-scapy 2.5.0 (scapy.contrib.roce, whose
@@ -70,8 +67,8 @@ RoceEndpoint host_end() {
     RoceEndpoint e;
     e.src_mac = {0x02, 0x49, 0x58, 0x04, 0x00, 0x00};
     e.dst_mac = {0x02, 0x49, 0x58, 0x00, 0x02, 0x00};
-    e.src_ip = ipv4("10.80.0.1");
-    e.dst_ip = ipv4("10.80.0.253");
+    e.src_ip = ipv4_be_or_throw("10.80.0.1", "test address");
+    e.dst_ip = ipv4_be_or_throw("10.80.0.253", "test address");
     e.src_port = 0xc001;
     e.dst_qpn = 0x123;
     return e;
@@ -81,8 +78,8 @@ RoceEndpoint switch_end() {
     RoceEndpoint e;
     e.src_mac = {0x02, 0x49, 0x58, 0x00, 0x02, 0x00};
     e.dst_mac = {0x02, 0x49, 0x58, 0x04, 0x00, 0x00};
-    e.src_ip = ipv4("10.80.0.253");
-    e.dst_ip = ipv4("10.80.0.1");
+    e.src_ip = ipv4_be_or_throw("10.80.0.253", "test address");
+    e.dst_ip = ipv4_be_or_throw("10.80.0.1", "test address");
     e.src_port = 0xc101;
     e.dst_qpn = 0x456;
     return e;
@@ -154,8 +151,8 @@ TEST(RoceFrame, ParseSendAndNak) {
     uint32_t be;
     std::memcpy(&be, v.payload.data() + 4 * 3, 4);
     EXPECT_EQ(int32_t(ntohl(be)), 3 * 1000003 - 7);
-    EXPECT_EQ(v.src_ip, ipv4("10.80.0.1"));
-    EXPECT_EQ(v.dst_ip, ipv4("10.80.0.253"));
+    EXPECT_EQ(v.src_ip, ipv4_be_or_throw("10.80.0.1", "test address"));
+    EXPECT_EQ(v.dst_ip, ipv4_be_or_throw("10.80.0.253", "test address"));
     EXPECT_EQ(v.src_port, 0xc001);
     EXPECT_EQ(v.dst_port, 4791);
     EXPECT_EQ(v.src_mac, host_end().src_mac);

@@ -13,6 +13,7 @@
 #include <incxdp/chaos_ctl.h>
 #include <incxdp/relay_ctl.h>
 #include <incxdp/util/ipv4.h>
+#include <incxdp/util/mac.h>
 #include <incxdp/xdp_prog_maps.h>
 
 #include <arpa/inet.h>
@@ -28,7 +29,6 @@
 #include <unistd.h>
 
 #include <array>
-#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
@@ -48,15 +48,6 @@ const char *const kMacCtoB = "02:52:4c:00:02:02";
 bool exists(const std::string &path) {
     struct stat st {};
     return ::stat(path.c_str(), &st) == 0;
-}
-
-std::array<uint8_t, 6> mac(const char *s) {
-    std::array<uint8_t, 6> m{};
-    unsigned v[6];
-    std::sscanf(s, "%x:%x:%x:%x:%x:%x", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]);
-    for (int i = 0; i < 6; i++)
-        m[size_t(i)] = uint8_t(v[i]);
-    return m;
 }
 
 uint32_t be_ip(const char *s) {
@@ -205,7 +196,7 @@ class RelayLine : public ::testing::TestWithParam<std::string> {
         r.hops = 1;
         r.nnexthops = 1;
         r.nh[0].ifindex = in_ns(ns('b'), [] { return if_nametoindex("to-c"); });
-        auto s = mac(kMacBtoC), d = mac(kMacCtoB);
+        auto s = util::mac_or_throw(kMacBtoC), d = util::mac_or_throw(kMacCtoB);
         std::memcpy(r.nh[0].src_mac, s.data(), 6);
         std::memcpy(r.nh[0].dst_mac, d.data(), 6);
         r.nh[0].src_ip = be_ip("10.201.2.1");

@@ -15,6 +15,11 @@ TEST(Mac, RoundTrips) {
     EXPECT_EQ(mac_or_throw("02:49:58:ab:0c:00"), m);
 }
 
+TEST(Mac, FormatsTheBytesOfAMapValue) {
+    const uint8_t bytes[6] = {0x02, 0x49, 0x58, 0xab, 0x0c, 0xff};
+    EXPECT_EQ(format_mac(bytes), "02:49:58:ab:0c:ff");
+}
+
 TEST(Mac, RefusesAnythingButSixHexBytes) {
     for (const char *bad :
          {"", "02:49:58", "02:49:58:ab:0c", "02:49:58:ab:0c:00:", "2:49:58:ab:c:0",
