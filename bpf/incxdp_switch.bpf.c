@@ -157,9 +157,9 @@ __attribute__((noinline)) int incxdp_agg(struct xdp_md *ctx, struct agg_req *q)
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	struct incxdp_slot *slot;
+	struct agg_view view;
 	struct contrib k;
 	__u32 key, hoff, poff;
-	__s8 exp0, exp1;
 	int out;
 
 	if (!q)
@@ -177,14 +177,15 @@ __attribute__((noinline)) int incxdp_agg(struct xdp_md *ctx, struct agg_req *q)
 		return -1;
 	/* The parent's result: forwarded as it came, values only stored. */
 	if (k.msg == INCXDP_MSG_RESULT)
-		return agg_take_result(slot, &k, end);
-	out = agg_apply(slot, &k, q->expected, q->bit, q->root, q->done_flags, end, &exp0, &exp1);
+		return agg_take_result(slot, &k, AGG_MATCH_BITMAP, end, &view);
+	out = agg_apply(slot, &k, q->expected, q->bit, q->root, q->done_flags, AGG_MATCH_BITMAP, 0,
+			end, &view);
 	if (out == AGG_RETX_RESULT || (out == AGG_COMPLETED && q->root)) {
 		agg_store_result(slot->vals[k.set & 1], &k, end);
-		encode_result_hdr(&k, exp0, exp1, end);
+		encode_result_hdr(&k, view.exp0, view.exp1, end);
 	} else if (out == AGG_RETX_UP || out == AGG_COMPLETED) {
 		agg_store_result(slot->vals[k.set & 1], &k, end);
-		tree_encode_partial(&k, exp0, q->up_rank, q->up_nworkers, end);
+		tree_encode_partial(&k, view.exp0, q->up_rank, q->up_nworkers, end);
 	}
 	return out;
 }
@@ -284,7 +285,7 @@ static __always_inline int aggregate(struct xdp_md *ctx, struct cursor *c, struc
 	q.payload_off = q.hdr_off +
 			(k.wire == INCXDP_WIRE_SWITCHML ? SWITCHML_HDR_LEN : INCXDP_HDR_LEN);
 	out = incxdp_agg(ctx, &q);
-	switch (tree_decide(out, !parent, &stat)) {
+	switch (tree_decide(out, !parent, 0, &stat)) {
 	case TREE_DOWN:
 		stat_inc(stat);
 		/* A result from the parent goes to every child but the parent. */

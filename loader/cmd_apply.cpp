@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // incxdp apply | remove FILE: plan -> compile -> apply of every job of a
-// topology, whatever its kind (docs/APPLY.md): star jobs as `job add` does,
-// roce-tree jobs as `rules apply` does, native UDP trees compiled here
-// (apply_ctl.h). Either on every switch namespace of a topology that is up,
-// or (--node NAME) only that node's part, on the machine this runs on.
+// topology, whatever its kind (docs/APPLY.md), through the one dispatch of
+// apply_ctl.h: star (a one-switch tree) and tree jobs compiled and written
+// with one journal, roce-tree jobs by the RoCE installer. Either on every
+// switch namespace of a topology that is up, or (--node NAME) only that
+// node's part, on the machine this runs on.
 #include "commands.h"
 
 #include <incxdp/apply_ctl.h>
 #include <incxdp/rules_ctl.h>
+#include <incxdp/util/ipv4.h>
+#include <incxdp/util/mac.h>
 
-#include "map_journal.h"
 #include "port_util.h"
 
 #include <arpa/inet.h>
@@ -42,18 +44,6 @@ struct ApplyArgs {
     bool remove = false;
 };
 
-std::string ip_str(uint32_t be) {
-    char buf[INET_ADDRSTRLEN] = {};
-    inet_ntop(AF_INET, &be, buf, sizeof(buf));
-    return buf;
-}
-
-std::string mac_str(const uint8_t *p) {
-    topo::Mac m{};
-    std::copy(p, p + 6, m.begin());
-    return topo::mac_to_string(m);
-}
-
 topo::Topology load_topology(const std::string &file) {
     try {
         return topo::Topology::load_file(file);
@@ -74,39 +64,44 @@ std::vector<const topo::Job *> selected(const topo::Topology &t, const ApplyArgs
     return out;
 }
 
+// The slot bitmap bit of a child: its rank in a star (fanin 0, maps.h).
+unsigned bit_of(const apply::SwitchEntries &e, const apply::WorkerEntry &w) {
+    return e.job.fanin ? w.value.child & INCXDP_CHILD_BIT_MASK : w.value.rank;
+}
+
 json tree_switch_json(const apply::SwitchEntries &e) {
     json workers = json::array(), egress = json::array();
     for (const auto &w : e.workers)
         workers.push_back({{"peer", w.peer},
                            {"switch", w.is_switch},
                            {"port", w.iface},
-                           {"mac", mac_str(w.key.mac)},
-                           {"ip", ip_str(w.key.ip)},
+                           {"mac", util::format_mac(w.key.mac)},
+                           {"ip", util::format_ipv4_be(w.key.ip)},
                            {"udp_port", ntohs(w.key.port)},
                            {"rank", w.value.rank},
-                           {"bit", w.value.child & INCXDP_CHILD_BIT_MASK}});
+                           {"bit", bit_of(e, w)}});
     for (const auto &g : e.egress)
         egress.push_back({{"peer", g.peer},
                           {"port", g.iface},
-                          {"dst_mac", mac_str(g.value.dst_mac)},
-                          {"src_mac", mac_str(g.value.src_mac)},
-                          {"dst_ip", ip_str(g.value.dst_ip)},
-                          {"src_ip", ip_str(g.value.src_ip)},
+                          {"dst_mac", util::format_mac(g.value.dst_mac)},
+                          {"src_mac", util::format_mac(g.value.src_mac)},
+                          {"dst_ip", util::format_ipv4_be(g.value.dst_ip)},
+                          {"src_ip", util::format_ipv4_be(g.value.src_ip)},
                           {"dst_port", ntohs(g.value.dst_port)}});
     json parent = nullptr;
     if (!e.root)
         parent = {{"node", e.parent_node},
                   {"port", e.parent_iface},
-                  {"dst_mac", mac_str(e.parent.dst_mac)},
-                  {"src_mac", mac_str(e.parent.src_mac)},
-                  {"dst_ip", ip_str(e.parent.dst_ip)},
-                  {"src_ip", ip_str(e.parent.src_ip)},
+                  {"dst_mac", util::format_mac(e.parent.dst_mac)},
+                  {"src_mac", util::format_mac(e.parent.src_mac)},
+                  {"dst_ip", util::format_ipv4_be(e.parent.dst_ip)},
+                  {"src_ip", util::format_ipv4_be(e.parent.src_ip)},
                   {"dst_port", ntohs(e.parent.dst_port)},
                   {"src_port", ntohs(e.parent.src_port)},
                   {"rank", e.parent.rank}};
     return {{"switch", e.sw},
             {"root", e.root},
-            {"switch_ip", ip_str(e.job.switch_ip)},
+            {"switch_ip", util::format_ipv4_be(e.job.switch_ip)},
             {"nworkers", e.job.nworkers},
             {"fanin", e.job.fanin},
             {"pool_size", e.job.pool_size},
@@ -117,46 +112,26 @@ json tree_switch_json(const apply::SwitchEntries &e) {
 }
 
 void print_tree_switch(const apply::SwitchEntries &e) {
-    fmt::print("  switch {} ({}{}): fan-in {} of {} ranks, {} slots\n", e.sw,
-               e.root ? "root, " : "", ip_str(e.job.switch_ip), e.job.fanin, e.job.nworkers,
-               e.job.pool_size);
+    fmt::print("  switch {} ({}{}): fan-in {} of {} ranks{}, {} slots\n", e.sw,
+               e.root ? "root, " : "", util::format_ipv4_be(e.job.switch_ip), e.job.fanin,
+               e.job.nworkers, e.job.fanin ? "" : " (a star: every rank)", e.job.pool_size);
     for (const auto &w : e.workers)
-        fmt::print("    child  bit {:<2} {:<6} {:<7} via {:<10} {}/{}:{} rank {}\n",
-                   w.value.child & INCXDP_CHILD_BIT_MASK, w.peer, w.is_switch ? "switch" : "host",
-                   w.iface, mac_str(w.key.mac), ip_str(w.key.ip), ntohs(w.key.port), w.value.rank);
+        fmt::print("    child  bit {:<2} {:<6} {:<7} via {:<10} {}/{}:{} rank {}\n", bit_of(e, w),
+                   w.peer, w.is_switch ? "switch" : "host", w.iface, util::format_mac(w.key.mac),
+                   util::format_ipv4_be(w.key.ip), ntohs(w.key.port), w.value.rank);
     if (!e.root)
         fmt::print("    parent {} via {}: to {}/{}:{} from {}/{}:{} as rank {}\n", e.parent_node,
-                   e.parent_iface, mac_str(e.parent.dst_mac), ip_str(e.parent.dst_ip),
-                   ntohs(e.parent.dst_port), mac_str(e.parent.src_mac), ip_str(e.parent.src_ip),
+                   e.parent_iface, util::format_mac(e.parent.dst_mac),
+                   util::format_ipv4_be(e.parent.dst_ip), ntohs(e.parent.dst_port),
+                   util::format_mac(e.parent.src_mac), util::format_ipv4_be(e.parent.src_ip),
                    ntohs(e.parent.src_port), e.parent.rank);
 }
 
-json star_json(const ctl::JobSpec &s, const std::string &sw) {
-    json workers = json::array();
-    for (const auto &w : s.workers)
-        workers.push_back({{"rank", w.rank},
-                           {"mac", topo::mac_to_string(w.mac)},
-                           {"ip", ip_str(w.ip)},
-                           {"udp_port", w.port},
-                           {"port", w.iface}});
-    return {{"switch", sw},
-            {"switch_ip", ip_str(s.switch_ip)},
-            {"slots", s.slots},
-            {"workers", workers}};
-}
-
-// Whether `node` has a part in job j (a switch of it, or a worker).
+// Whether `node` has a part in job j (a switch of its tree, or a worker).
 bool involves(const topo::Topology &t, const topo::Job &j, const std::string &node) {
     if (std::find(j.workers.begin(), j.workers.end(), node) != j.workers.end())
         return true;
-    if (j.kind == topo::JobKind::Star)
-        return j.switch_name == node;
-    if (j.kind == topo::JobKind::Tree) {
-        const auto c = apply::compile_tree(t, j.id);
-        return std::any_of(c.switches.begin(), c.switches.end(),
-                           [&](const auto &s) { return s.sw == node; });
-    }
-    const auto p = rules::plan(t, j.id);
+    const auto p = apply::plan_job(t, j.id);
     return std::any_of(p.switches.begin(), p.switches.end(),
                        [&](const auto &s) { return s.name == node; });
 }
@@ -171,22 +146,13 @@ void dry_run(const topo::Topology &t, const ApplyArgs &a) {
         if (!a.flags.json)
             fmt::print("job {} ({}, {} ranks, switch {}):\n", j->id, topo::job_kind_name(j->kind),
                        j->workers.size(), j->switch_name);
-        if (j->kind == topo::JobKind::Tree) {
-            for (const auto &e : apply::compile_tree(t, j->id).switches) {
+        if (j->kind != topo::JobKind::RoceTree) {
+            for (const auto &e : apply::compile_job(t, j->id).switches) {
                 if (mine_only && e.sw != a.node)
                     continue;
                 sw.push_back(tree_switch_json(e));
                 if (!a.flags.json)
                     print_tree_switch(e);
-            }
-        } else if (j->kind == topo::JobKind::Star) {
-            if (!mine_only || j->switch_name == a.node) {
-                const ctl::JobSpec s = ctl::job_from_topology(t, j->id);
-                sw.push_back(star_json(s, j->switch_name));
-                if (!a.flags.json)
-                    for (const auto &w : s.workers)
-                        fmt::print("  rank {:<2} {}/{}:{} via {}\n", w.rank,
-                                   topo::mac_to_string(w.mac), ip_str(w.ip), w.port, w.iface);
             }
         } else {
             const topo::TreePlan p = rules::plan(t, j->id);
@@ -210,62 +176,25 @@ void dry_run(const topo::Topology &t, const ApplyArgs &a) {
         std::cout << json{{"topology", t.name}, {"node", a.node}, {"jobs", jobs}}.dump(2) << "\n";
 }
 
-// ---- every switch, each in its namespace -------------------------------------
-
-json apply_netns(const topo::Topology &t, const ApplyArgs &a, const topo::Job &j) {
-    json out = json::array();
-    if (j.kind == topo::JobKind::Tree) {
-        for (const auto &d :
-             apply::apply_tree_netns(t, a.prefix, apply::compile_tree(t, j.id), a.pin_root))
-            out.push_back({{"switch", d.sw},
-                           {"pin_dir", d.pin_dir},
-                           {"pool_base", d.pool_base},
-                           {"pool_size", d.pool_size},
-                           {"workers", d.workers},
-                           {"replaced", d.replaced}});
-    } else if (j.kind == topo::JobKind::RoceTree) {
-        rules::Options o;
-        o.prefix = a.prefix;
-        o.pin_root = a.pin_root;
-        o.job = j.id;
-        o.mode = a.mode == "skb" ? ctl::AttachMode::Skb : ctl::AttachMode::Native;
-        for (const auto &d : rules::apply(t, o))
-            out.push_back({{"switch", d.sw},
-                           {"pin_dir", d.pin_dir},
-                           {"pool_base", d.pool_base},
-                           {"pool_size", d.pool_size},
-                           {"conns", d.conns},
-                           {"replaced", d.reapplied}});
-    } else {
-        const std::string dir = topo::switch_pin_dir(a.pin_root, a.prefix, j.switch_name);
-        const ctl::JobSpec spec = ctl::job_from_topology(t, j.id);
-        bool replaced = false;
-        rules::in_netns(topo::netns_name(a.prefix, j.switch_name), [&] {
-            replaced = apply::remove_here(j.id, dir);
-            ctl::job_add(spec, dir);
-        });
-        out.push_back({{"switch", j.switch_name},
-                       {"pin_dir", dir},
-                       {"workers", spec.workers.size()},
-                       {"replaced", replaced}});
-    }
-    return out;
+json applied_json(const apply::SwitchApplied &d) {
+    json o = {{"switch", d.sw},
+              {"pin_dir", d.pin_dir},
+              {"pool_base", d.pool_base},
+              {"pool_size", d.pool_size},
+              {"replaced", d.replaced}};
+    if (d.conns)
+        o["conns"] = d.conns;
+    else
+        o["workers"] = d.workers;
+    return o;
 }
 
-void remove_netns(const topo::Topology &t, const ApplyArgs &a, const topo::Job &j) {
-    if (j.kind == topo::JobKind::Tree) {
-        apply::remove_tree_netns(t, a.prefix, apply::compile_tree(t, j.id), a.pin_root);
-    } else if (j.kind == topo::JobKind::RoceTree) {
-        rules::Options o;
-        o.prefix = a.prefix;
-        o.pin_root = a.pin_root;
-        o.job = j.id;
-        rules::clear(t, o);
-    } else {
-        const std::string dir = topo::switch_pin_dir(a.pin_root, a.prefix, j.switch_name);
-        rules::in_netns(topo::netns_name(a.prefix, j.switch_name),
-                        [&] { apply::remove_here(j.id, dir); });
-    }
+apply::NetnsTarget target_of(const ApplyArgs &a) {
+    apply::NetnsTarget w;
+    w.prefix = a.prefix;
+    w.pin_root = a.pin_root;
+    w.mode = a.mode == "skb" ? ctl::AttachMode::Skb : ctl::AttachMode::Native;
+    return w;
 }
 
 // ---- one node, on this machine --------------------------------------------------
@@ -278,8 +207,8 @@ std::vector<std::string> addrs_of(const std::string &name) {
         return out;
     for (const ifaddrs *i = list; i; i = i->ifa_next)
         if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && name == i->ifa_name)
-            out.push_back(
-                ip_str(reinterpret_cast<const sockaddr_in *>(i->ifa_addr)->sin_addr.s_addr));
+            out.push_back(util::format_ipv4_be(
+                reinterpret_cast<const sockaddr_in *>(i->ifa_addr)->sin_addr.s_addr));
     freeifaddrs(list);
     return out;
 }
@@ -289,14 +218,9 @@ std::vector<std::string> addrs_of(const std::string &name) {
 json check_host(const topo::Topology &t, const topo::Job &j, const std::string &host) {
     const uint32_t rank = static_cast<uint32_t>(
         std::find(j.workers.begin(), j.workers.end(), host) - j.workers.begin());
-    std::string sw = j.switch_name;
-    uint16_t port = j.worker_port;
-    if (j.kind == topo::JobKind::Tree)
-        sw = topo::build_agg_tree(t, j.switch_name, {j.id, j.workers, j.workers}).leaf.at(host);
-    if (j.kind == topo::JobKind::RoceTree) {
-        sw = rules::plan(t, j.id).conn_of_rank(rank).parent;
-        port = 4791;
-    }
+    // The leaf from the one planner: the job's switch for a star.
+    const std::string sw = apply::plan_job(t, j.id).leaf.at(host);
+    const uint16_t port = j.kind == topo::JobKind::RoceTree ? 4791 : j.worker_port;
     const topo::Iface &ifc = t.host_iface_for(host, sw);
     const topo::Node &h = t.node(host);
     if (if_nametoindex(ifc.name.c_str()) == 0)
@@ -325,24 +249,9 @@ json apply_node(const topo::Topology &t, const ApplyArgs &a, const topo::Job &j)
         return check_host(t, j, a.node);
     if (a.remove)
         return {{"job", j.id}, {"removed", apply::remove_here(j.id, dir)}};
-    if (j.kind == topo::JobKind::Tree) {
-        ctl::Journal journal;
-        const auto d =
-            apply::apply_switch(t, apply::compile_tree(t, j.id).sw(a.node), dir, journal);
-        journal.commit();
-        return {{"job", j.id},          {"switch", d.sw},
-                {"pin_dir", d.pin_dir}, {"pool_base", d.pool_base},
-                {"workers", d.workers}, {"replaced", d.replaced}};
-    }
-    if (j.kind == topo::JobKind::RoceTree) {
-        rules::Options o;
-        o.mode = a.mode == "skb" ? ctl::AttachMode::Skb : ctl::AttachMode::Native;
-        const auto d = rules::apply_local(t, j.id, a.node, dir, o);
-        return {{"job", j.id}, {"switch", d.sw}, {"pin_dir", dir}, {"conns", d.conns}};
-    }
-    const bool replaced = apply::remove_here(j.id, dir);
-    ctl::job_add(ctl::job_from_topology(t, j.id), dir);
-    return {{"job", j.id}, {"switch", a.node}, {"pin_dir", dir}, {"replaced", replaced}};
+    json d = applied_json(apply::apply_job_here(t, j.id, a.node, dir, target_of(a).mode));
+    d["job"] = j.id;
+    return d;
 }
 
 void run(const ApplyArgs &a) {
@@ -370,12 +279,14 @@ void run(const ApplyArgs &a) {
                                a.node, a.remove ? "removed" : "applied");
                 out.push_back(std::move(d));
             } else if (a.remove) {
-                remove_netns(t, a, *j);
+                apply::remove_job_netns(t, j->id, target_of(a));
                 if (!a.flags.json)
                     fmt::print("job {} ({}): removed\n", j->id, topo::job_kind_name(j->kind));
                 out.push_back({{"job", j->id}, {"removed", true}});
             } else {
-                json d = apply_netns(t, a, *j);
+                json d = json::array();
+                for (const auto &sw : apply::apply_job_netns(t, j->id, target_of(a)))
+                    d.push_back(applied_json(sw));
                 if (!a.flags.json)
                     fmt::print("job {} ({}): applied on {} switch(es)\n", j->id,
                                topo::job_kind_name(j->kind), d.size());

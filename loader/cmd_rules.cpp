@@ -5,6 +5,8 @@
 
 #include <incxdp/rules_ctl.h>
 #include <incxdp/tree_json.h>
+#include <incxdp/util/ipv4.h>
+#include <incxdp/util/mac.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -47,17 +49,6 @@ std::string ranks_str(uint64_t mask) {
     return s.empty() ? "-" : s;
 }
 
-std::string ip_str(uint32_t be) {
-    const auto *b = reinterpret_cast<const uint8_t *>(&be);
-    return fmt::format("{}.{}.{}.{}", b[0], b[1], b[2], b[3]);
-}
-
-topo::Mac mac(const uint8_t *p) {
-    topo::Mac m{};
-    std::copy(p, p + 6, m.begin());
-    return m;
-}
-
 rules::Options options(const RulesArgs &a, CLI::App *cmd) {
     rules::Options o;
     o.prefix = a.prefix;
@@ -88,10 +79,10 @@ json conn_json(const rules::ConnRule &c) {
            {"rx_base", v.rx_base},
            {"tx_base", v.tx_base},
            {"udp_sport", ntohs(v.udp_sport)},
-           {"own_mac", topo::mac_to_string(mac(v.own_mac))},
-           {"peer_mac", topo::mac_to_string(mac(v.peer_mac))},
-           {"own_ip", ip_str(v.own_ip)},
-           {"peer_ip", ip_str(v.peer_ip)}};
+           {"own_mac", util::format_mac(v.own_mac)},
+           {"peer_mac", util::format_mac(v.peer_mac)},
+           {"own_ip", util::format_ipv4_be(v.own_ip)},
+           {"peer_ip", util::format_ipv4_be(v.peer_ip)}};
     if (v.role == INCXDP_ROCE_CHILD) {
         j["child"] = v.child;
         j["strict"] = v.strict != 0;
@@ -113,11 +104,14 @@ json plan_json(const topo::Topology &t, const topo::TreePlan &plan, const RulesA
         const rules::SwitchRules r = rules::compile(t, plan, ts.name);
         json children = json::array(), group = json::array();
         json parent = nullptr;
+        uint32_t parent_qpn = 0; // the engine's incxdp_parents entry (qpn); 0 at the root
         for (const auto &c : r.conns) {
-            if (c.value.role == INCXDP_ROCE_PARENT)
+            if (c.value.role == INCXDP_ROCE_PARENT) {
                 parent = conn_json(c);
-            else
+                parent_qpn = c.qpn;
+            } else {
                 children.push_back(conn_json(c));
+            }
         }
         for (const auto &[port, qpn] : r.egress)
             group.push_back({{"port", port}, {"qpn", qpn}});
@@ -127,7 +121,7 @@ json plan_json(const topo::Topology &t, const topo::TreePlan &plan, const RulesA
                             {"pin_dir", topo::switch_pin_dir(a.pin_root, a.prefix, ts.name)},
                             {"switch_ip", t.node(ts.name).ip},
                             {"nworkers", r.job.nworkers},
-                            {"parent_qpn", r.job.parent_qpn},
+                            {"parent_qpn", parent_qpn},
                             {"pool_base", ts.pool_base},
                             {"pool_size", ts.pool_size},
                             {"max_elems", r.job.max_elems},

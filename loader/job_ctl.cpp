@@ -2,10 +2,13 @@
 // Jobs: the rules SwitchML's controller writes into the Tofino tables,
 // written into the engine's maps instead: the worker table (address ->
 // job, rank), the multicast group with its per-port rewrite, and a slot
-// pool carved out of the shared slot array.
+// pool carved out of the shared slot array. `job add` compiles and applies
+// a star as `incxdp apply` does (apply_ctl.h).
+#include "map_journal.h"
 #include "pinned_maps.h"
 #include "port_util.h"
 
+#include <incxdp/apply_ctl.h>
 #include <incxdp/rules_ctl.h>
 #include <incxdp/util/ipv4.h>
 
@@ -32,75 +35,6 @@ uint32_t parse_ip(const std::string &s, const std::string &what)
     if (const auto be = util::parse_ipv4_be(s))
         return *be;
     throw CtlError(fmt::format("{}: '{}' is not an IPv4 address", what, s));
-}
-
-incxdp_worker_key worker_key(const WorkerSpec &w)
-{
-    incxdp_worker_key k{};
-    std::memcpy(k.mac, w.mac.data(), 6);
-    k.port = htons(w.port);
-    k.ip = w.ip;
-    return k;
-}
-
-// First fit in the shared slot array.
-uint32_t allocate_pool(const PinnedMaps &m, uint32_t size)
-{
-    std::vector<std::pair<uint32_t, uint32_t>> used;
-    for (const auto &[id, j] : m.active_jobs())
-        used.emplace_back(j.pool_base, j.pool_base + j.pool_size);
-    std::sort(used.begin(), used.end());
-    uint32_t total = m.slot_entries(), at = 0, free_total = 0, largest = 0;
-    used.emplace_back(total, total); // the end of the array closes the last gap
-    for (const auto &[b, e] : used) {
-        uint32_t gap = b > at ? b - at : 0;
-        if (gap >= size)
-            return at;
-        free_total += gap;
-        largest = std::max(largest, gap);
-        at = std::max(at, e);
-    }
-    throw CtlError(fmt::format("job needs {} slots but the switch has {} of {} free (largest free range {}); "
-                               "free slots with 'incxdp job del', or reload with a larger --slots",
-                               size, free_total, total, largest));
-}
-
-void zero_slots(const PinnedMaps &m, uint32_t base, uint32_t size)
-{
-    auto zero = std::make_unique<incxdp_slot>();
-    std::memset(zero.get(), 0, sizeof(incxdp_slot));
-    for (uint32_t i = base; i < base + size; i++)
-        if (bpf_map_update_elem(m.slots.get(), &i, zero.get(), BPF_ANY) != 0)
-            throw CtlError(errno_msg(fmt::format("cannot reset slot {}", i), errno));
-}
-
-void validate(const JobSpec &job)
-{
-    if (job.id >= INCXDP_MAX_JOBS)
-        throw CtlError(fmt::format("job id {} out of range (0..{})", job.id, INCXDP_MAX_JOBS - 1));
-    size_t n = job.workers.size();
-    if (n == 0 || n > INCXDP_MAX_WORKERS)
-        throw CtlError(fmt::format("job {}: {} workers; a job has 1..{}", job.id, n, INCXDP_MAX_WORKERS));
-    std::vector<bool> rank_seen(n);
-    std::set<std::tuple<topo::Mac, uint32_t, uint16_t>> addrs;
-    for (const auto &w : job.workers) {
-        if (w.rank >= n)
-            throw CtlError(fmt::format("job {}: rank {} out of range for {} workers", job.id, w.rank, n));
-        if (rank_seen[w.rank])
-            throw CtlError(fmt::format("job {}: rank {} given twice", job.id, w.rank));
-        rank_seen[w.rank] = true;
-        if (!addrs.insert({w.mac, w.ip, w.port}).second)
-            throw CtlError(fmt::format("job {}: two ranks share the address {}/{}:{}", job.id,
-                                       topo::mac_to_string(w.mac), format_ipv4_be(w.ip), w.port));
-    }
-    if (job.slots == 0 || job.slots > INCXDP_SLOT_INDEX_MASK + 1)
-        throw CtlError(fmt::format("job {}: slots {} out of range (1..{})", job.id, job.slots,
-                                   INCXDP_SLOT_INDEX_MASK + 1));
-    if (job.max_elems == 0 || job.max_elems > INCXDP_MAX_ELEMS)
-        throw CtlError(fmt::format("job {}: max elems {} out of range (1..{})", job.id, job.max_elems,
-                                   INCXDP_MAX_ELEMS));
-    if (job.switch_ip == 0)
-        throw CtlError(fmt::format("job {}: no switch address (--switch-ip)", job.id));
 }
 
 } // namespace
@@ -159,86 +93,13 @@ JobSpec job_from_topology(const topo::Topology &t, uint32_t id)
     return job;
 }
 
-void job_add(const JobSpec &job, const std::string &pin_dir)
-{
-    validate(job);
-    PinnedMaps m = PinnedMaps::open(pin_dir);
-    m.require_same_netns(fmt::format("add job {}", job.id));
-
-    incxdp_job existing{};
-    if (bpf_map_lookup_elem(m.jobs.get(), &job.id, &existing) == 0 && existing.active)
-        throw CtlError(fmt::format("job {} already exists (incxdp job del {} first)", job.id, job.id));
-
-    // Resolve everything before the first write.
-    struct Port {
-        uint32_t ifindex;
-        topo::Mac mac;
-    };
-    std::vector<Port> ports;
-    for (const auto &w : job.workers) {
-        uint32_t ifx = ifindex_of(w.iface);
-        struct bpf_devmap_val dv {};
-        if (bpf_map_lookup_elem(m.ports.get(), &ifx, &dv) != 0)
-            throw CtlError(fmt::format("job {}: rank {} is reached through {}, where incxdp is not loaded",
-                                       job.id, w.rank, w.iface));
-        for (const auto &p : ports)
-            if (p.ifindex == ifx)
-                throw CtlError(fmt::format("job {}: two workers behind port {}; a job has one worker per port",
-                                           job.id, w.iface));
-        ports.push_back({ifx, mac_of(w.iface)});
-        incxdp_worker_key k = worker_key(w);
-        incxdp_worker other{};
-        if (bpf_map_lookup_elem(m.workers.get(), &k, &other) == 0)
-            throw CtlError(fmt::format("job {}: worker {}/{}:{} already belongs to job {} as rank {}", job.id,
-                                       topo::mac_to_string(w.mac), format_ipv4_be(w.ip), w.port, other.job,
-                                       other.rank));
-    }
-    uint32_t base = allocate_pool(m, job.slots);
-
-    // Write order: slots, rewrites, workers, and the job entry last, so the
-    // data path sees nothing of the job until all of it is in place.
-    std::vector<incxdp_worker_key> added_workers;
-    std::vector<incxdp_egress_key> added_egress;
-    auto undo = [&] {
-        for (auto &k : added_workers)
-            bpf_map_delete_elem(m.workers.get(), &k);
-        for (auto &k : added_egress)
-            bpf_map_delete_elem(m.egress.get(), &k);
-    };
-    try {
-        zero_slots(m, base, job.slots);
-        for (size_t i = 0; i < job.workers.size(); i++) {
-            const WorkerSpec &w = job.workers[i];
-            incxdp_egress_key ek{job.id, ports[i].ifindex};
-            incxdp_egress ev{};
-            std::memcpy(ev.dst_mac, w.mac.data(), 6);
-            std::memcpy(ev.src_mac, ports[i].mac.data(), 6);
-            ev.dst_ip = w.ip;
-            ev.src_ip = job.switch_ip;
-            ev.dst_port = htons(w.port);
-            if (bpf_map_update_elem(m.egress.get(), &ek, &ev, BPF_NOEXIST) != 0)
-                throw CtlError(errno_msg(fmt::format("job {}: cannot add the rewrite for {}", job.id, w.iface), errno));
-            added_egress.push_back(ek);
-
-            incxdp_worker_key wk = worker_key(w);
-            incxdp_worker wv{job.id, w.rank, 0, ports[i].ifindex};
-            if (bpf_map_update_elem(m.workers.get(), &wk, &wv, BPF_NOEXIST) != 0)
-                throw CtlError(errno_msg(fmt::format("job {}: cannot add worker rank {}", job.id, w.rank), errno));
-            added_workers.push_back(wk);
-        }
-        incxdp_job jv{};
-        jv.active = 1;
-        jv.nworkers = static_cast<uint32_t>(job.workers.size());
-        jv.pool_base = base;
-        jv.pool_size = job.slots;
-        jv.max_elems = job.max_elems;
-        jv.switch_ip = job.switch_ip;
-        if (bpf_map_update_elem(m.jobs.get(), &job.id, &jv, BPF_ANY) != 0)
-            throw CtlError(errno_msg(fmt::format("cannot install job {}", job.id), errno));
-    } catch (...) {
-        undo();
-        throw;
-    }
+// A star is the one-switch tree: the same compile and apply as `incxdp
+// apply` (apply_ctl.h), refusing a job that is there already.
+void job_add(const JobSpec &job, const std::string &pin_dir) {
+    const apply::SwitchEntries e = apply::compile_star(job);
+    Journal journal;
+    apply::apply_switch(e, pin_dir, journal, apply::Existing::Refuse);
+    journal.commit();
 }
 
 std::vector<JobInfo> job_list(const std::string &pin_dir)
@@ -259,11 +120,18 @@ std::vector<JobInfo> job_list(const std::string &pin_dir)
         w.iface = same_netns ? ifname_of(v.ifindex) : fmt::format("ifindex {}", v.ifindex);
         workers[v.job].push_back(w);
     }
+    // A roce-tree job's parent connection is its incxdp_parents entry
+    // (absent in engines loaded before trees existed).
+    const int pfd = bpf_obj_get(map_pin_path(pin_dir, INCXDP_MAP_PARENTS).c_str());
+    const Fd parents(pfd);
     for (const auto &[id, j] : m.active_jobs()) {
         JobInfo info;
         info.id = id;
         info.kind = j.kind;
-        info.parent_qpn = j.parent_qpn;
+        incxdp_parent up{};
+        if (j.kind == INCXDP_JOB_ROCE_TREE && parents.get() >= 0 &&
+            bpf_map_lookup_elem(parents.get(), &id, &up) == 0 && up.ifindex)
+            info.parent_qpn = up.qpn;
         info.nworkers = j.nworkers;
         info.pool_base = j.pool_base;
         info.pool_size = j.pool_size;

@@ -47,6 +47,19 @@ void ensure_bpffs(const std::string &pin_dir)
         throw CtlError(errno_msg("cannot mount bpffs on " + root, errno));
 }
 
+Fd open_parents_map(const std::string &dir)
+{
+    const std::string path = map_pin_path(dir, INCXDP_MAP_PARENTS);
+    const int fd = bpf_obj_get(path.c_str());
+    if (fd < 0)
+        throw CtlError(errno == ENOENT
+                           ? fmt::format("the engine pinned in {} has no map {}: it was built "
+                                         "without trees; unload it and load this version",
+                                         dir, INCXDP_MAP_PARENTS)
+                           : errno_msg("cannot open pinned map " + path, errno));
+    return Fd(fd);
+}
+
 static Fd open_pin(const std::string &dir, const char *name)
 {
     std::string path = map_pin_path(dir, name);

@@ -59,6 +59,10 @@ template <typename K> std::vector<K> map_keys(int fd)
 
 std::string map_pin_path(const std::string &dir, const char *map_name);
 
+// The engine's incxdp_parents (every tree job's parent link, native or
+// RoCE), which engines built before trees lack: that case is its own error.
+Fd open_parents_map(const std::string &dir);
+
 // mkdir -p of a pin directory (the default ones are two levels below
 // bpffs); throws CtlError naming the level that failed.
 void make_pin_dirs(const std::string &dir);

@@ -49,6 +49,25 @@ Fd open_conns(const std::string &dir) {
     return Fd(fd);
 }
 
+// The job's incxdp_parents entry: the connection to the parent switch
+// (its port, addresses and our QPN on it), or all zero at the root.
+incxdp_parent parent_entry(const std::vector<ConnRule> &conns) {
+    incxdp_parent p{};
+    for (const auto &c : conns) {
+        if (c.value.role != INCXDP_ROCE_PARENT)
+            continue;
+        p.ifindex = c.value.ifindex;
+        std::memcpy(p.dst_mac, c.value.peer_mac, 6);
+        std::memcpy(p.src_mac, c.value.own_mac, 6);
+        p.dst_ip = c.value.peer_ip;
+        p.src_ip = c.value.own_ip;
+        p.dst_port = htons(INCXDP_ROCE_UDP_PORT);
+        p.src_port = c.value.udp_sport;
+        p.qpn = c.qpn;
+    }
+    return p;
+}
+
 void mkdir_parents(const std::string &dir) {
     for (size_t pos = 1; (pos = dir.find('/', pos)) != std::string::npos; ++pos) {
         const std::string p = dir.substr(0, pos);
@@ -107,6 +126,7 @@ Applied apply_switch(const topo::Topology &t, const SwitchRules &r, const std::s
     PinnedMaps m = PinnedMaps::open(dir);
     m.require_same_netns(fmt::format("apply job {}", r.job_id));
     Fd conns_fd = open_conns(dir);
+    Fd parents_fd = open_parents_map(dir);
 
     // Resolve and check everything before the first write.
     std::vector<ConnRule> conns = r.conns;
@@ -197,6 +217,12 @@ Applied apply_switch(const topo::Topology &t, const SwitchRules &r, const std::s
         journal.save<incxdp_egress_key, incxdp_egress>(m.egress.get(), k);
         bpf_map_delete_elem(m.egress.get(), &k);
     }
+    const incxdp_parent parent = parent_entry(conns);
+    journal.save<uint32_t, incxdp_parent>(parents_fd.get(), r.job_id);
+    if (bpf_map_update_elem(parents_fd.get(), &r.job_id, &parent, BPF_ANY) != 0)
+        throw CtlError(errno_msg(fmt::format("cannot install job {}'s parent link in map {}",
+                                             r.job_id, INCXDP_MAP_PARENTS),
+                                 errno));
     incxdp_job jv = r.job;
     jv.pool_base = out.pool_base;
     journal.save<uint32_t, incxdp_job>(m.jobs.get(), r.job_id);
@@ -246,6 +272,11 @@ Cleared clear_switch(uint32_t job, const std::string &sw, const std::string &dir
             throw CtlError(errno_msg(fmt::format("cannot remove job {}", job), errno));
     }
     out.conns = delete_conns(job, dir);
+    if (int pfd = bpf_obj_get(map_pin_path(dir, INCXDP_MAP_PARENTS).c_str()); pfd >= 0) {
+        Fd parents(pfd);
+        const incxdp_parent none_parent{};
+        bpf_map_update_elem(parents.get(), &job, &none_parent, BPF_ANY);
+    }
     for (const auto &k : map_keys<incxdp_egress_key>(m.egress.get()))
         if (k.job == job && bpf_map_delete_elem(m.egress.get(), &k) == 0)
             out.egress++;
@@ -313,7 +344,6 @@ SwitchRules compile(const topo::Topology &t, const topo::TreePlan &plan, const s
         v.tx_base = c.up_base;
         v.udp_sport = htons(c.child_sport);
         v.epsn = v.rx_base;
-        r.job.parent_qpn = cr.qpn;
         r.conns.push_back(std::move(cr));
     }
     for (size_t i = 0; i < ts.child_conns.size(); ++i) {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// Native UDP trees, apply step (apply_ctl.h): a compiled job written into
-// each switch's engine, every change saved in one journal, so a failure on
-// any switch restores all of them.
+// The apply step of every job kind (apply_ctl.h): a compiled star or tree
+// job written into each switch's engine, every change saved in one
+// journal, so a failure on any switch restores all of them; and the one
+// dispatch by job kind (roce-tree jobs to the RoCE installer).
 #include <incxdp/apply_ctl.h>
 #include <incxdp/rules_ctl.h>
 
@@ -9,6 +10,9 @@
 #include "pinned_maps.h"
 #include "port_util.h"
 
+#include <incxdp/util/ipv4.h>
+
+#include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <fmt/format.h>
 
@@ -23,22 +27,15 @@
 namespace incxdp::ctl::apply {
 namespace {
 
-// The parents map, which engines built before native trees lack.
-Fd open_parents(const std::string &dir) {
-    const std::string path = map_pin_path(dir, INCXDP_MAP_PARENTS);
-    const int fd = bpf_obj_get(path.c_str());
-    if (fd < 0)
-        throw CtlError(errno == ENOENT
-                           ? fmt::format("the engine pinned in {} has no map {}: it was built "
-                                         "without native trees; unload it and load this version",
-                                         dir, INCXDP_MAP_PARENTS)
-                           : errno_msg("cannot open pinned map " + path, errno));
-    return Fd(fd);
-}
-
 using KeyTuple = std::tuple<std::string, uint16_t, uint32_t>;
 KeyTuple key_tuple(const incxdp_worker_key &k) {
     return {std::string(k.mac, k.mac + 6), k.port, k.ip};
+}
+
+std::string mac_string(const uint8_t *p) {
+    topo::Mac m{};
+    std::memcpy(m.data(), p, m.size());
+    return topo::mac_to_string(m);
 }
 
 bool netns_exists(const std::string &ns) {
@@ -48,16 +45,16 @@ bool netns_exists(const std::string &ns) {
 
 } // namespace
 
-SwitchApplied apply_switch(const topo::Topology &t, const SwitchEntries &e,
-                           const std::string &pin_dir, Journal &journal) {
+SwitchApplied apply_switch(const SwitchEntries &e, const std::string &pin_dir, Journal &journal,
+                           Existing if_there) {
     const uint32_t id = e.job_id;
     SwitchApplied out;
     out.sw = e.sw;
     out.pin_dir = pin_dir;
     ensure_bpffs(pin_dir);
     PinnedMaps m = PinnedMaps::open(pin_dir);
-    m.require_same_netns(fmt::format("apply tree job {}", id));
-    Fd parents = open_parents(pin_dir);
+    m.require_same_netns(fmt::format("add job {}", id));
+    Fd parents = open_parents_map(pin_dir);
 
     // Resolve and check everything before the first write: every port the
     // entries name is loaded and has the MAC the file gives it.
@@ -65,24 +62,24 @@ SwitchApplied apply_switch(const topo::Topology &t, const SwitchEntries &e,
     for (uint32_t ifx : map_keys<uint32_t>(m.ports.get()))
         loaded.insert(ifx);
     std::map<std::string, uint32_t> ifindex;
-    for (const auto &i : t.node(e.sw).ifaces) {
-        const bool used = i.name == e.parent_iface ||
-                          std::any_of(e.workers.begin(), e.workers.end(),
-                                      [&](const WorkerEntry &w) { return w.iface == i.name; });
-        if (!used)
-            continue;
-        const uint32_t ifx = ifindex_of(i.name);
+    std::map<std::string, topo::Mac> port_mac;
+    for (const PortUse &p : e.ports) {
+        const uint32_t ifx = ifindex_of(p.iface);
         if (!loaded.count(ifx))
-            throw CtlError(fmt::format("incxdp is not loaded on port {} ('incxdp load -i {}')",
-                                       i.name, i.name));
-        const topo::Mac mac = mac_of(i.name);
-        if (mac != i.mac)
-            throw CtlError(fmt::format("port {} has MAC {}, the topology says {}", i.name,
-                                       topo::mac_to_string(mac), topo::mac_to_string(i.mac)));
-        ifindex[i.name] = ifx;
+            throw CtlError(fmt::format("job {}: incxdp is not loaded on port {} ('incxdp load "
+                                       "-i {}')",
+                                       id, p.iface, p.iface));
+        const topo::Mac mac = mac_of(p.iface);
+        if (p.mac && mac != *p.mac)
+            throw CtlError(fmt::format("port {} has MAC {}, the topology says {}", p.iface,
+                                       topo::mac_to_string(mac), topo::mac_to_string(*p.mac)));
+        ifindex[p.iface] = ifx;
+        port_mac[p.iface] = mac;
     }
     incxdp_job existing{};
     bpf_map_lookup_elem(m.jobs.get(), &id, &existing);
+    if (existing.active && if_there == Existing::Refuse)
+        throw CtlError(fmt::format("job {} already exists (incxdp job del {} first)", id, id));
     if (existing.active && existing.kind != INCXDP_JOB_STAR)
         throw CtlError(fmt::format("job {} is installed here as a roce-tree job; 'incxdp rules "
                                    "clear' it first",
@@ -92,9 +89,10 @@ SwitchApplied apply_switch(const topo::Topology &t, const SwitchEntries &e,
         keep_workers.insert(key_tuple(w.key));
         incxdp_worker other{};
         if (bpf_map_lookup_elem(m.workers.get(), &w.key, &other) == 0 && other.job != id)
-            throw CtlError(fmt::format("{} ({} via {}) is already a worker of job {} as rank {}",
-                                       w.is_switch ? "switch" : "host", w.peer, w.iface, other.job,
-                                       other.rank));
+            throw CtlError(fmt::format(
+                "job {}: {} {} {}/{}:{} (via {}) already belongs to job {} as rank {}", id,
+                w.is_switch ? "switch" : "worker", w.peer, mac_string(w.key.mac),
+                util::format_ipv4_be(w.key.ip), ntohs(w.key.port), w.iface, other.job, other.rank));
     }
     out.replaced = existing.active != 0;
     out.pool_size = e.job.pool_size;
@@ -136,8 +134,10 @@ SwitchApplied apply_switch(const topo::Topology &t, const SwitchEntries &e,
     }
     for (const auto &g : e.egress) {
         const incxdp_egress_key k{id, ifindex.at(g.iface)};
+        incxdp_egress v = g.value;
+        std::memcpy(v.src_mac, port_mac.at(g.iface).data(), 6); // = the file's, checked above
         journal.save<incxdp_egress_key, incxdp_egress>(egress_fd, k);
-        if (bpf_map_update_elem(egress_fd, &k, &g.value, BPF_ANY) != 0)
+        if (bpf_map_update_elem(egress_fd, &k, &v, BPF_ANY) != 0)
             throw CtlError(errno_msg(
                 fmt::format("cannot add port {} to the job's multicast group", g.iface), errno));
     }
@@ -164,8 +164,9 @@ SwitchApplied apply_switch(const topo::Topology &t, const SwitchEntries &e,
     return out;
 }
 
-std::vector<SwitchApplied> apply_tree_netns(const topo::Topology &t, const std::string &prefix,
-                                            const CompiledJob &job, const std::string &pin_root) {
+std::vector<SwitchApplied> apply_tree_netns(const topo::Topology & /*t: the job's file*/,
+                                            const std::string &prefix, const CompiledJob &job,
+                                            const std::string &pin_root) {
     Journal journal;
     std::vector<SwitchApplied> done;
     for (const auto &e : job.switches) {
@@ -173,7 +174,7 @@ std::vector<SwitchApplied> apply_tree_netns(const topo::Topology &t, const std::
         const std::string dir = topo::switch_pin_dir(pin_root, prefix, e.sw);
         try {
             SwitchApplied a;
-            rules::in_netns(ns, [&] { a = apply_switch(t, e, dir, journal); });
+            rules::in_netns(ns, [&] { a = apply_switch(e, dir, journal); });
             a.netns = ns;
             done.push_back(std::move(a));
         } catch (const std::exception &ex) {
@@ -181,7 +182,7 @@ std::vector<SwitchApplied> apply_tree_netns(const topo::Topology &t, const std::
             std::string undone;
             for (const auto &d : done)
                 undone += (undone.empty() ? "" : ", ") + d.sw;
-            throw CtlError(fmt::format("apply tree job {} on switch {} (namespace {}, pins {}): "
+            throw CtlError(fmt::format("apply job {} on switch {} (namespace {}, pins {}): "
                                        "{}{}",
                                        job.id, e.sw, ns, dir, ex.what(),
                                        undone.empty() ? "" : " (restored: " + undone + ")"));
@@ -221,6 +222,66 @@ size_t remove_tree_netns(const topo::Topology & /*t: the file the job came from*
         }
     }
     return n;
+}
+
+// ---- every job kind --------------------------------------------------------------
+
+namespace {
+
+rules::Options roce_options(uint32_t job, const NetnsTarget &where) {
+    rules::Options o;
+    o.prefix = where.prefix;
+    o.pin_root = where.pin_root;
+    o.job = job;
+    o.mode = where.mode;
+    return o;
+}
+
+SwitchApplied from_roce(const rules::Applied &a) {
+    SwitchApplied d;
+    d.sw = a.sw;
+    d.netns = a.netns;
+    d.pin_dir = a.pin_dir;
+    d.pool_base = a.pool_base;
+    d.pool_size = a.pool_size;
+    d.replaced = a.reapplied;
+    d.egress = a.egress;
+    d.conns = a.conns;
+    return d;
+}
+
+} // namespace
+
+std::vector<SwitchApplied> apply_job_netns(const topo::Topology &t, uint32_t job_id,
+                                           const NetnsTarget &where) {
+    if (t.job(job_id).kind != topo::JobKind::RoceTree)
+        return apply_tree_netns(t, where.prefix, compile_job(t, job_id), where.pin_root);
+    std::vector<SwitchApplied> out;
+    for (const auto &a : rules::apply(t, roce_options(job_id, where)))
+        out.push_back(from_roce(a));
+    return out;
+}
+
+void remove_job_netns(const topo::Topology &t, uint32_t job_id, const NetnsTarget &where) {
+    if (t.job(job_id).kind != topo::JobKind::RoceTree)
+        remove_tree_netns(t, where.prefix, compile_job(t, job_id), where.pin_root);
+    else
+        rules::clear(t, roce_options(job_id, where));
+}
+
+SwitchApplied apply_job_here(const topo::Topology &t, uint32_t job_id, const std::string &sw,
+                             const std::string &pin_dir, AttachMode mode) {
+    if (t.job(job_id).kind == topo::JobKind::RoceTree) {
+        rules::Options o;
+        o.mode = mode;
+        SwitchApplied d = from_roce(rules::apply_local(t, job_id, sw, pin_dir, o));
+        d.pin_dir = pin_dir;
+        return d;
+    }
+    Journal journal;
+    SwitchApplied d = apply_switch(compile_job(t, job_id).sw(sw), pin_dir, journal);
+    journal.commit();
+    return d;
 }
 
 } // namespace incxdp::ctl::apply

@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <deque>
 #include <limits>
 #include <set>
 
@@ -52,18 +51,7 @@ std::vector<std::string> host_set(const Topology &t, const std::vector<std::stri
 
 // Hop counts from `from` to every switch reachable through switch-switch links.
 std::map<std::string, int> switch_distances(const Topology &t, const std::string &from) {
-    std::map<std::string, int> d{{from, 0}};
-    std::deque<std::string> q{from};
-    while (!q.empty()) {
-        const Node &n = t.node(q.front());
-        q.pop_front();
-        for (const Iface &i : n.ifaces)
-            if (t.node(i.peer_node).kind == NodeKind::Switch && !d.count(i.peer_node)) {
-                d[i.peer_node] = d[n.name] + 1;
-                q.push_back(i.peer_node);
-            }
-    }
-    return d;
+    return span_switches(t, from).level;
 }
 
 std::vector<std::string> members_of(const AggPlan &p) {
@@ -73,6 +61,22 @@ std::vector<std::string> members_of(const AggPlan &p) {
 }
 
 } // namespace
+
+SwitchSpan span_switches(const Topology &t, const std::string &root) {
+    SwitchSpan s;
+    s.level[root] = 0;
+    s.order.push_back(root);
+    for (size_t i = 0; i < s.order.size(); ++i) {
+        const Node &n = t.node(s.order[i]);
+        for (const Iface &f : n.ifaces)
+            if (t.node(f.peer_node).kind == NodeKind::Switch && !s.level.count(f.peer_node)) {
+                s.level[f.peer_node] = s.level[n.name] + 1;
+                s.parent[f.peer_node] = n.name;
+                s.order.push_back(f.peer_node);
+            }
+    }
+    return s;
+}
 
 const PlanSwitch &AggPlan::sw(const std::string &name) const {
     for (const PlanSwitch &s : switches)
@@ -105,20 +109,12 @@ AggPlan build_agg_tree(const Topology &t, const std::string &root, const AggJob 
         // Tiers only annotate the plan; a switch without hosts has none.
     }
 
-    // Breadth-first over switch-switch links, neighbours in link order: the
-    // first switch to reach another becomes its parent.
-    std::map<std::string, int> level{{root, 0}};
-    std::map<std::string, std::string> parent;
-    std::vector<std::string> order{root};
-    for (size_t i = 0; i < order.size(); ++i) {
-        const Node &n = t.node(order[i]);
-        for (const Iface &f : n.ifaces)
-            if (t.node(f.peer_node).kind == NodeKind::Switch && !level.count(f.peer_node)) {
-                level[f.peer_node] = level[n.name] + 1;
-                parent[f.peer_node] = n.name;
-                order.push_back(f.peer_node);
-            }
-    }
+    // The spanning tree of the switches; cycles and parallel paths are cut
+    // where breadth-first reaches a switch a second time.
+    SwitchSpan span = span_switches(t, root);
+    std::map<std::string, int> &level = span.level;
+    const std::map<std::string, std::string> &parent = span.parent;
+    const std::vector<std::string> &order = span.order;
 
     // Each member below the reachable switch it is linked to nearest the root.
     const std::set<std::string> contrib(p.contributors.begin(), p.contributors.end());

@@ -14,6 +14,7 @@
 // bases all lie within 16 x (connections) of start, so a start_psn just
 // below 2^24 makes every stream of the job wrap early in a run.
 #include "incxdp/tree.h"
+#include "incxdp/fattree_plan.h"
 #include "incxdp/tree_json.h"
 #include "tree_detail.h"
 
@@ -48,7 +49,10 @@ bool is_switch(const Topology &t, const std::string &name) {
 }
 
 // The tree without addresses: which switches, who is whose parent, the
-// children of each switch in rank order.
+// children of each switch in rank order. The tree itself is
+// build_agg_tree()'s, the planner of every job kind; only the order of
+// children (rank order, which fixes the connection indices and so the QPNs
+// and PSNs) is the RoCE plan's own.
 struct Shape {
     struct Child {
         std::string node;
@@ -66,34 +70,18 @@ Shape shape_of(const Topology &t, const Job &job) {
     if (!is_switch(t, root))
         throw TreeProblem(fmt::format("root '{}' is a host, not a switch", root));
 
-    // Breadth-first over switch-switch links; an edge to a switch already
-    // reached (other than the one we came from) closes a cycle.
-    std::map<std::string, std::string> parent{{root, ""}};
-    std::vector<std::string> reach{root};
-    for (size_t i = 0; i < reach.size(); ++i) {
-        const std::string u = reach[i];
-        for (const Iface &ifc : t.node(u).ifaces) {
-            const std::string &v = ifc.peer_node;
-            if (!is_switch(t, v) || v == parent[u])
-                continue;
-            if (parent.count(v))
-                throw TreeProblem(fmt::format(
-                    "the links between the switches reachable from root '{}' form a cycle "
-                    "(through '{}' and '{}'); a roce-tree job needs a tree",
-                    root, u, v));
-            parent[v] = u;
-            reach.push_back(v);
-        }
-    }
-
-    Shape s;
-    std::map<std::string, uint32_t> min_rank; // switches with workers at or below
+    // A worker no switch of the spanning tree reaches, named with its rank.
+    const SwitchSpan span = span_switches(t, root);
     for (uint32_t r = 0; r < job.workers.size(); ++r) {
         const Node &h = t.node(job.workers[r]);
-        std::vector<std::string> in_tree, outside;
+        std::vector<std::string> outside;
+        bool reached = false;
         for (const Iface &ifc : h.ifaces)
-            (parent.count(ifc.peer_node) ? in_tree : outside).push_back(ifc.peer_node);
-        if (in_tree.empty()) {
+            if (span.level.count(ifc.peer_node))
+                reached = true;
+            else
+                outside.push_back(ifc.peer_node);
+        if (!reached) {
             std::string why = outside.empty() ? "it has no links"
                                               : fmt::format("it is linked only to '{}'",
                                                             fmt::join(outside, "', '"));
@@ -101,20 +89,26 @@ Shape shape_of(const Topology &t, const Job &job) {
                                           "through switch-switch links ({})",
                                           h.name, r, root, why));
         }
-        if (in_tree.size() > 1)
-            throw TreeProblem(fmt::format(
-                "worker '{}' (rank {}) is linked to {} switches of the tree ('{}'); a worker "
-                "hangs below exactly one",
-                h.name, r, in_tree.size(), fmt::join(in_tree, "', '")));
-        s.leaf.push_back(in_tree[0]);
-        for (std::string sw = in_tree[0]; !sw.empty(); sw = parent[sw])
-            if (!min_rank.count(sw))
-                min_rank[sw] = r; // ranks are visited in order: the first is the least
+    }
+    AggPlan plan;
+    try {
+        plan = build_agg_tree(t, root, {job.id, job.workers, job.workers});
+    } catch (const TopologyError &e) {
+        throw TreeProblem(e.what());
     }
 
-    for (const auto &[sw, p] : parent)
-        if (!p.empty() && min_rank.count(sw))
-            s.children[p].push_back({sw, true, min_rank[sw]});
+    Shape s;
+    std::map<std::string, uint32_t> min_rank; // switches with workers at or below
+    for (uint32_t r = 0; r < job.workers.size(); ++r) {
+        s.leaf.push_back(plan.leaf.at(job.workers[r]));
+        for (std::optional<std::string> sw = s.leaf.back(); sw; sw = plan.sw(*sw).parent)
+            if (!min_rank.count(*sw))
+                min_rank[*sw] = r; // ranks are visited in order: the first is the least
+    }
+
+    for (const PlanSwitch &ps : plan.switches)
+        if (ps.parent)
+            s.children[*ps.parent].push_back({ps.name, true, min_rank.at(ps.name)});
     for (uint32_t r = 0; r < job.workers.size(); ++r)
         s.children[s.leaf[r]].push_back({job.workers[r], false, r});
     for (auto &[sw, ch] : s.children) {
@@ -129,9 +123,10 @@ Shape shape_of(const Topology &t, const Job &job) {
     }
 
     for (std::deque<std::string> q{root}; !q.empty(); q.pop_front()) {
-        s.switches.push_back(q.front());
-        s.parent[q.front()] = parent[q.front()];
-        for (const auto &c : s.children[q.front()])
+        const std::string sw = q.front();
+        s.switches.push_back(sw);
+        s.parent[sw] = plan.sw(sw).parent.value_or("");
+        for (const auto &c : s.children[sw])
             if (c.is_switch)
                 q.push_back(c.node);
     }
@@ -146,7 +141,7 @@ uint32_t pool_base(const Topology &t, const Job &job, const std::string &sw) {
         if (other.id == job.id)
             break;
         bool uses = other.switch_name == sw;
-        if (!uses && other.kind == JobKind::RoceTree) {
+        if (!uses && other.kind != JobKind::Star) {
             Shape s;
             try {
                 s = shape_of(t, other);

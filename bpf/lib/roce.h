@@ -5,6 +5,12 @@
  * packet index idx = (PSN - base) mod 2^24 into the job's slots. The rules
  * are docs/ROCE.md §3; the frames it sends are built by roce_tx.h.
  *
+ * RoCE is the engine's adapter for RC connections: PSNs, ACK/NAK, the ICRC
+ * and frame building. What a contribution does to its set is the one slot
+ * rule (agg.h, TAG mode) and where its frame goes is the one tree layer
+ * (tree_decide, tree.h); the parent connection is the job's incxdp_parents
+ * entry (qpn).
+ *
  * Per frame: decide what happened (one counter) and what goes out (a struct
  * roce_plan), then build that one frame in a single place, roce_finish().
  * The loops live in three global functions, each verified once on its own:
@@ -22,6 +28,7 @@
 #include "udp_csum.h"
 #include "roce_tx.h"
 #include "roce_set.h"
+#include "tree.h"
 #include "incxdp/roce.h"
 
 #define ROCE_BTH_PAD_TVER 0x3f /* PadCnt:2 TVer:4 of the BTH flags byte */
@@ -163,27 +170,27 @@ static __always_inline void plan_ack(struct roce_plan *pl, __u32 stat, __u32 syn
 /* The set's values (or its Reduce completion) to the frame's connection. */
 static __always_inline void plan_result(struct roce_plan *pl, __u32 stat,
 					const struct incxdp_roce_conn *conn,
-					const struct roce_view *v, __u32 idx, __u32 set, __u32 slot)
+					const struct agg_view *v, __u32 idx, __u32 set, __u32 slot)
 {
 	pl->stat = stat;
 	pl->tx = RTX_TX;
 	pl->o.opcode = ROCE_OP_SEND_ONLY_IMM;
 	pl->o.psn = conn->tx_base + idx;
-	pl->o.word = v->imm;
-	pl->o.nelems = roce_reduce_cut(v->imm, conn) ? 0 : v->nelems;
+	pl->o.word = v->round;
+	pl->o.nelems = roce_reduce_cut(v->round, conn) ? 0 : v->nelems;
 	pl->o.set = set;
 	pl->o.slot = slot;
 }
 
 /* RTX_UP or RTX_DOWN with the set's values; the PSN field holds idx. */
 static __always_inline void plan_set(struct roce_plan *pl, __u32 stat, __u32 tx,
-				     const struct roce_view *v, __u32 idx, __u32 set, __u32 slot)
+				     const struct agg_view *v, __u32 idx, __u32 set, __u32 slot)
 {
 	pl->stat = stat;
 	pl->tx = tx;
 	pl->o.opcode = ROCE_OP_SEND_ONLY_IMM;
 	pl->o.psn = idx;
-	pl->o.word = v->imm;
+	pl->o.word = v->round;
 	pl->o.nelems = v->nelems;
 	pl->o.set = set;
 	pl->o.slot = slot;
@@ -228,29 +235,6 @@ static __always_inline void plan_ack_taken(struct roce_plan *pl, struct incxdp_r
 	plan_ack(pl, stat, ROCE_AETH_ACK, conn->rx_base + conn->acked_up - 1, conn->msn);
 }
 
-/* A contribution this switch has seen: answer from the set's state. */
-static __always_inline void roce_dup(struct roce_plan *pl, struct incxdp_roce_conn *conn,
-				     const struct roce_req *q, int root)
-{
-	const struct roce_view *v = &q->v;
-
-	if (!v->on_idx)
-		plan_drop(pl, INCXDP_STAT_ROCE_STALE);
-	else if (!v->complete) /* ACKs are cumulative: the last PSN taken */
-		plan_ack_taken(pl, conn, INCXDP_STAT_ROCE_DUP_ACK);
-	else if (v->result && roce_peer_has(conn, q->idx))
-		/* An RC requester resends a SEND nobody ACKed (the one that
-		 * completed the set is answered with the result, not an ACK);
-		 * it has the result, so it wants the ACK, or its QP fails. */
-		plan_ack_taken(pl, conn, INCXDP_STAT_ROCE_DUP_ACK);
-	else if (v->result)
-		plan_result(pl, INCXDP_STAT_ROCE_DUP_RESULT, conn, v, q->idx, q->set, q->slot);
-	else if (!root) /* the up frame may be lost; a parent with the result answers */
-		plan_set(pl, INCXDP_STAT_ROCE_DUP_UP, RTX_UP, v, q->idx, q->set, q->slot);
-	else
-		plan_drop(pl, INCXDP_STAT_ROCE_STALE);
-}
-
 /*
  * A SEND from a child (host: strict go-back-N; switch: any order). The
  * request q carries the frame's slot, set, idx, ImmDt and payload.
@@ -260,12 +244,12 @@ static __always_inline void roce_dup(struct roce_plan *pl, struct incxdp_roce_co
  */
 static __always_inline void roce_from_child(struct xdp_md *ctx, const struct roce_pkt *r,
 					    struct incxdp_roce_conn *conn,
-					    const struct incxdp_job *job, struct roce_req *q,
-					    struct roce_plan *pl)
+					    const struct incxdp_job *job, int root,
+					    struct roce_req *q, struct roce_plan *pl)
 {
 	__s32 d = roce_psn_diff(r->psn, conn->epsn);
 	__s32 win = (__s32)job->pool_size;
-	int root = job->parent_qpn == 0;
+	enum incxdp_stat stat;
 	int a;
 
 	if (conn->strict ? d > 0 : d >= win) {
@@ -283,60 +267,63 @@ static __always_inline void roce_from_child(struct xdp_md *ctx, const struct roc
 		return;
 	}
 	q->root = root;
-	if (conn->strict ? d < 0 : d < -win) {
-		q->kind = RSET_VIEW;
-		if (incxdp_roce_set(ctx, q) < 0)
-			plan_drop(pl, INCXDP_STAT_BAD_SLOT);
-		else
-			roce_dup(pl, conn, q, root);
-		return;
-	}
-	q->kind = RSET_CHILD;
-	/* Broadcast: only the payload from the root rank's side is data. A
-	 * host whose frames cannot grow here (skb-built frames on veth have no
-	 * tailroom) pads its SENDs, so that whichever completes a set has room
-	 * for the data; the padding is no contribution. */
-	if (roce_imm_prim(q->imm) == ROCE_PRIM_BROADCAST &&
-	    !roce_subtree_has(conn, roce_imm_dest(q->imm)))
-		q->nelems = 0;
-	q->bit = 1u << (conn->child & (INCXDP_MAX_WORKERS - 1));
+	q->bit = conn->child;
 	q->fanin = job->nworkers;
+	if (conn->strict ? d < 0 : d < -win) {
+		/* Behind the window: taken before, only the answer. */
+		q->kind = RSET_RETX;
+	} else {
+		q->kind = RSET_CHILD;
+		/* Broadcast: only the payload from the root rank's side is data.
+		 * A host whose frames cannot grow here (skb-built frames on veth
+		 * have no tailroom) pads its SENDs, so that whichever completes
+		 * a set has room for the data; the padding is no contribution. */
+		if (q->op == AGG_OP_ONE && !roce_subtree_has(conn, roce_imm_dest(q->imm)))
+			q->nelems = 0;
+	}
 	a = incxdp_roce_set(ctx, q);
-	if (a == RAGG_DUP) {
-		roce_dup(pl, conn, q, root);
-		return;
+	if (a == AGG_CONSUMED || a == AGG_COMPLETED) {
+		/* Taken. A switch child's frames come in any order: epsn is
+		 * the highest PSN + 1 there. */
+		if (d >= 0) {
+			conn->epsn = (r->psn + 1) & ROCE_PSN_MASK;
+			conn->nak_sent = 0;
+		}
+		conn->msn = (conn->msn + 1) & ROCE_AETH_MSN_MASK;
+		if (r->has_imm)
+			conn->imm = q->imm;
 	}
-	if (a != RAGG_CONSUMED && a != RAGG_COMPLETED) {
-		plan_drop(pl, a == RAGG_STALE ? INCXDP_STAT_ROCE_STALE :
-			      a == RAGG_MISMATCH ? INCXDP_STAT_ROCE_MISMATCH :
-						   INCXDP_STAT_BAD_SLOT);
-		return;
-	}
-	/* Taken. A switch child's frames come in any order: epsn is the
-	 * highest PSN + 1 there. */
-	if (d >= 0) {
-		conn->epsn = (r->psn + 1) & ROCE_PSN_MASK;
-		conn->nak_sent = 0;
-	}
-	conn->msn = (conn->msn + 1) & ROCE_AETH_MSN_MASK;
-	if (r->has_imm)
-		conn->imm = q->imm;
-	if (a == RAGG_CONSUMED) {
-		if (r->ackreq && conn->strict)
-			plan_ack_taken(pl, conn, INCXDP_STAT_ROCE_ACK); /* r->psn = epsn - 1 */
-		else if (r->ackreq)
-			plan_ack(pl, INCXDP_STAT_ROCE_ACK, ROCE_AETH_ACK, r->psn, conn->msn);
-		else
-			plan_drop(pl, INCXDP_STAT_ROCE_ABSORBED);
-		return;
-	}
-	if (root) {
-		plan_set(pl, INCXDP_STAT_ROCE_DOWN, RTX_DOWN, &q->v, q->idx, q->set, q->slot);
+	switch (tree_decide(a, root, 1, &stat)) {
+	case TREE_DOWN:
+		plan_set(pl, stat, RTX_DOWN, &q->v, q->idx, q->set, q->slot);
 		pl->o.ip_id = (__u16)conn->job;
 		pl->bcast_flags = BPF_F_BROADCAST;
-	} else {
-		plan_set(pl, INCXDP_STAT_ROCE_UP, RTX_UP, &q->v, q->idx, q->set, q->slot);
+		return;
+	case TREE_UP:
+		plan_set(pl, stat, RTX_UP, &q->v, q->idx, q->set, q->slot);
+		return;
+	case TREE_UNICAST:
+		/* An RC requester resends a SEND nobody ACKed (the one that
+		 * completed the set is answered with the result, not an ACK);
+		 * if it has the result, it wants the ACK, or its QP fails. */
+		if (roce_peer_has(conn, q->idx))
+			plan_ack_taken(pl, conn, INCXDP_STAT_ROCE_DUP_ACK);
+		else
+			plan_result(pl, stat, conn, &q->v, q->idx, q->set, q->slot);
+		return;
+	case TREE_DROP:
+		break;
 	}
+	/* Nothing for the tree; the connection may still owe an ACK (ACKs
+	 * are cumulative: the last PSN taken). */
+	if (a == AGG_RETX_PENDING)
+		plan_ack_taken(pl, conn, stat);
+	else if (a == AGG_CONSUMED && r->ackreq && conn->strict)
+		plan_ack_taken(pl, conn, INCXDP_STAT_ROCE_ACK); /* r->psn = epsn - 1 */
+	else if (a == AGG_CONSUMED && r->ackreq)
+		plan_ack(pl, INCXDP_STAT_ROCE_ACK, ROCE_AETH_ACK, r->psn, conn->msn);
+	else
+		plan_drop(pl, stat);
 }
 
 /* A SEND from the parent: the job's result for idx, in any order. */
@@ -344,12 +331,11 @@ static __always_inline void roce_from_parent(struct xdp_md *ctx, const struct ro
 					     struct incxdp_roce_conn *conn, struct roce_req *q,
 					     struct roce_plan *pl)
 {
-	int ret;
+	enum incxdp_stat stat;
 
 	q->kind = RSET_PARENT;
-	ret = incxdp_roce_set(ctx, q);
-	if (ret != 1) {
-		plan_drop(pl, ret < 0 ? INCXDP_STAT_BAD_SLOT : INCXDP_STAT_ROCE_STALE);
+	if (tree_decide(incxdp_roce_set(ctx, q), 0, 1, &stat) != TREE_DOWN) {
+		plan_drop(pl, stat);
 		return;
 	}
 	if (roce_psn_diff(r->psn, conn->epsn) >= 0)
@@ -357,7 +343,7 @@ static __always_inline void roce_from_parent(struct xdp_md *ctx, const struct ro
 	conn->msn = (conn->msn + 1) & ROCE_AETH_MSN_MASK;
 	if (r->has_imm)
 		conn->imm = q->imm;
-	plan_set(pl, INCXDP_STAT_ROCE_DOWN, RTX_DOWN, &q->v, q->idx, q->set, q->slot);
+	plan_set(pl, stat, RTX_DOWN, &q->v, q->idx, q->set, q->slot);
 	pl->o.ip_id = (__u16)conn->job;
 	/* With ImmDt the payload already sits where the template has it. */
 	pl->o.in_place = r->has_imm;
@@ -394,15 +380,19 @@ static __always_inline int roce_owed_ack(const struct incxdp_roce_conn *conn)
  * is held, at the live edge of the stream.
  */
 static __always_inline void roce_peer_nak(struct xdp_md *ctx, struct incxdp_roce_conn *conn,
-					  struct roce_req *q, struct roce_plan *pl, int resend)
+					  int root, struct roce_req *q, struct roce_plan *pl,
+					  int resend)
 {
 	__u32 stat = resend ? INCXDP_STAT_ROCE_PEER_RESEND : INCXDP_STAT_ROCE_PEER_NAK;
+	int a;
 
 	conn->peer_resend = 1;
-	q->kind = RSET_VIEW;
-	if (incxdp_roce_set(ctx, q) < 0) {
+	q->kind = RSET_RETX;
+	q->root = root;
+	a = incxdp_roce_set(ctx, q);
+	if (a < 0) {
 		plan_drop(pl, INCXDP_STAT_BAD_SLOT);
-	} else if (q->v.on_idx && q->v.complete && q->v.result) {
+	} else if (a == AGG_RETX_RESULT) {
 		plan_result(pl, stat, conn, &q->v, q->idx, q->set, q->slot);
 	} else {
 		conn->peer_resend = 0;
@@ -437,7 +427,7 @@ static __always_inline void roce_sync(struct incxdp_roce_conn *conn, struct roce
  */
 static __always_inline int roce_finish(struct xdp_md *ctx, struct roce_plan *pl,
 				       const struct incxdp_roce_conn *conn,
-				       const struct incxdp_job *job)
+				       const struct incxdp_parent *up)
 {
 	struct incxdp_roce_conn_key key;
 	struct incxdp_roce_conn *parent;
@@ -449,7 +439,9 @@ static __always_inline int roce_finish(struct xdp_md *ctx, struct roce_plan *pl,
 			break;
 		return XDP_TX;
 	case RTX_UP:
-		key.qpn = job->parent_qpn;
+		if (!up)
+			break;
+		key.qpn = up->qpn;
 		parent = bpf_map_lookup_elem(&incxdp_roce_conns, &key);
 		if (!parent)
 			break;
@@ -486,6 +478,7 @@ static __always_inline int roce_ingress(struct xdp_md *ctx, struct cursor *c,
 	struct roce_pkt r = {};
 	struct roce_plan pl = {};
 	struct roce_req q;
+	struct incxdp_parent *up = NULL;
 	struct incxdp_roce_conn *conn;
 	struct incxdp_job *job;
 	__u32 key, idx, imm, op;
@@ -510,14 +503,14 @@ static __always_inline int roce_ingress(struct xdp_md *ctx, struct cursor *c,
 		return roce_drop(INCXDP_STAT_BAD_JOB);
 	if (r.opcode == ROCE_OP_ACK && (r.word & ROCE_AETH_SYNDROME_MASK) == ROCE_AETH_SYNC_REQ) {
 		roce_sync(conn, &pl);
-		return roce_finish(ctx, &pl, conn, job);
+		return roce_finish(ctx, &pl, conn, NULL);
 	}
 	if (r.opcode == ROCE_OP_ACK && (r.word & 0xe0000000u) != ROCE_AETH_NAK_GROUP) {
 		if (!roce_peer_ack(conn, r.psn)) {
 			if (!roce_owed_ack(conn))
 				return roce_drop(INCXDP_STAT_ROCE_PEER_ACK);
 			plan_ack_taken(&pl, conn, INCXDP_STAT_ROCE_LATE_ACK);
-			return roce_finish(ctx, &pl, conn, job);
+			return roce_finish(ctx, &pl, conn, NULL);
 		}
 		r.psn = (r.psn + 1) & ROCE_PSN_MASK; /* as a NAK of the next PSN */
 		resend = 1;
@@ -535,9 +528,13 @@ static __always_inline int roce_ingress(struct xdp_md *ctx, struct cursor *c,
 	/* incxdp_roce_set() looks the slot up (it must, to lock it) and
 	 * answers -1 (bad_slot) when the pool runs past the slot map. */
 	q.slot = job->pool_base + (idx & (job->pool_size - 1));
+	/* A child's frame may go up the tree: the job's link to its parent,
+	 * as every wire's (none at the root). */
+	if (conn->role == INCXDP_ROCE_CHILD)
+		up = tree_parent(conn->job);
 	if (r.opcode == ROCE_OP_ACK) {
-		roce_peer_nak(ctx, conn, &q, &pl, resend);
-		ret = roce_finish(ctx, &pl, conn, job);
+		roce_peer_nak(ctx, conn, !up, &q, &pl, resend);
+		ret = roce_finish(ctx, &pl, conn, up);
 		/* The NAK or ACK could not grow into the result (skb-built frames
 		 * on veth have no tailroom): stop answering ACKs with results, so
 		 * that the next one gets the ACK the peer is owed instead, and its
@@ -557,12 +554,14 @@ static __always_inline int roce_ingress(struct xdp_md *ctx, struct cursor *c,
 	q.nelems = r.nelems;
 	q.payload = ROCE_HDRS_LEN + (r.has_imm ? ROCE_IMM_LEN : 0);
 	q.op = op ? op - ROCE_OPR_SUM + INCXDP_OP_SUM : INCXDP_OP_SUM;
+	if (roce_imm_prim(imm) == ROCE_PRIM_BROADCAST)
+		q.op = AGG_OP_ONE;
 	q.dtype = roce_imm_dtype(imm);
 	if (conn->role == INCXDP_ROCE_CHILD)
-		roce_from_child(ctx, &r, conn, job, &q, &pl);
+		roce_from_child(ctx, &r, conn, job, !up, &q, &pl);
 	else
 		roce_from_parent(ctx, &r, conn, &q, &pl);
-	return roce_finish(ctx, &pl, conn, job);
+	return roce_finish(ctx, &pl, conn, up);
 }
 
 #endif

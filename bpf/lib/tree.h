@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: (GPL-2.0 OR BSD-2-Clause) */
 /*
- * Native UDP aggregation trees (docs/ENGINE.md, "Trees"). A STAR job may
- * span several switches: each waits for its children (hosts and switches
- * below, incxdp_workers), and below the root sends its aggregate up to the
- * parent (incxdp_parents) as a DATA frame; the root's result comes down as
- * a RESULT frame that every switch stores and multicasts to its children.
- * A one-switch star (fanin 0, no parent) is the tree of one node.
+ * The tree layer of every wire (docs/ENGINE.md, "Trees"). A job may span
+ * several switches: each waits for its children (hosts and switches below),
+ * and below the root sends its aggregate up to the parent (incxdp_parents);
+ * the root's result comes down, and every switch stores it and multicasts
+ * it to its children. A one-switch star (fanin 0, no parent) is the tree of
+ * one node. Native UDP sends DATA up and RESULT down; RoCE (roce.h) sends
+ * SENDs on its RC connections, the parent's found through its
+ * incxdp_parents entry (qpn).
  *
  * The decisions live here; the slot rule (agg.h) stays tree-agnostic apart
  * from the expected count, the sender's bit and whether a complete set
@@ -26,38 +28,46 @@ enum tree_action {
 	TREE_UNICAST, /* back to the sender (the result it missed) */
 };
 
-/* What a switch does with an aggregation outcome; *stat is its counter. */
-static __always_inline enum tree_action tree_decide(int outcome, int root, enum incxdp_stat *stat)
+/* A counter per outcome and wire: RoCE counts in its own names. */
+#define TREE_STAT(roce, NATIVE, ROCE) ((roce) ? INCXDP_STAT_##ROCE : INCXDP_STAT_##NATIVE)
+
+/*
+ * What a switch does with an aggregation outcome, for every wire; *stat is
+ * its counter. A wire with acknowledgements (RoCE) may still answer the
+ * sender of a dropped frame: that is its adapter's, not the tree's.
+ */
+static __always_inline enum tree_action tree_decide(int outcome, int root, int roce,
+						    enum incxdp_stat *stat)
 {
 	switch (outcome) {
 	case AGG_CONSUMED:
-		*stat = INCXDP_STAT_CONSUMED;
+		*stat = TREE_STAT(roce, CONSUMED, ROCE_ABSORBED);
 		return TREE_DROP;
 	case AGG_RETX_PENDING:
-		*stat = INCXDP_STAT_RETX_DROP;
+		*stat = TREE_STAT(roce, RETX_DROP, ROCE_DUP_ACK);
 		return TREE_DROP;
 	case AGG_STALE:
-		*stat = INCXDP_STAT_STALE;
+		*stat = TREE_STAT(roce, STALE, ROCE_STALE);
 		return TREE_DROP;
 	case AGG_MISMATCH:
-		*stat = INCXDP_STAT_MISMATCH;
+		*stat = TREE_STAT(roce, MISMATCH, ROCE_MISMATCH);
 		return TREE_DROP;
 	case AGG_COMPLETED:
 		/* complete at the root: down; below it: up */
-		*stat = root ? INCXDP_STAT_COMPLETED : INCXDP_STAT_UP;
+		*stat = root ? TREE_STAT(roce, COMPLETED, ROCE_DOWN) : TREE_STAT(roce, UP, ROCE_UP);
 		return root ? TREE_DOWN : TREE_UP;
 	case AGG_RETX_RESULT:
-		*stat = INCXDP_STAT_RETX_UNICAST;
+		*stat = TREE_STAT(roce, RETX_UNICAST, ROCE_DUP_RESULT);
 		return TREE_UNICAST;
 	case AGG_RETX_UP:
 		/* our partial or the parent's result was lost: ask again */
-		*stat = INCXDP_STAT_DUP_UP;
+		*stat = TREE_STAT(roce, DUP_UP, ROCE_DUP_UP);
 		return TREE_UP;
 	case AGG_RESULT_TAKEN:
-		*stat = INCXDP_STAT_DOWN;
+		*stat = TREE_STAT(roce, DOWN, ROCE_DOWN);
 		return TREE_DOWN;
 	case AGG_RESULT_STALE:
-		*stat = INCXDP_STAT_RESULT_STALE;
+		*stat = TREE_STAT(roce, RESULT_STALE, ROCE_STALE);
 		return TREE_DROP;
 	}
 	*stat = INCXDP_STAT_BAD_SLOT; /* the slot vanished: cannot happen (array) */

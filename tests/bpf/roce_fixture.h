@@ -230,7 +230,6 @@ class RoceEngineTest : public ::testing::Test {
         j.max_elems = max_elems;
         j.switch_ip = htonl(switch_ep().ip);
         j.kind = INCXDP_JOB_ROCE_TREE;
-        j.parent_qpn = root ? 0 : kParentConnQpn;
         uint32_t id = kJob;
         ASSERT_EQ(bpf_map_update_elem(fd(skel_->maps.incxdp_jobs), &id, &j, BPF_ANY), 0);
         for (uint16_t r = 0; r < fanin; r++)
@@ -292,6 +291,19 @@ class RoceEngineTest : public ::testing::Test {
         c.udp_sport = htons(own.port);
         c.epsn = c.rx_base;
         put_conn(kParentConnQpn, c);
+        // The job's link to its parent, as `incxdp rules apply` writes it.
+        incxdp_parent p{};
+        p.ifindex = c.ifindex;
+        std::memcpy(p.dst_mac, c.peer_mac, 6);
+        std::memcpy(p.src_mac, c.own_mac, 6);
+        p.dst_ip = c.peer_ip;
+        p.src_ip = c.own_ip;
+        p.src_port = c.udp_sport;
+        p.dst_port = htons(INCXDP_ROCE_UDP_PORT);
+        p.qpn = kParentConnQpn;
+        uint32_t id = kJob;
+        ASSERT_EQ(bpf_map_update_elem(fd(skel_->maps.incxdp_parents), &id, &p, BPF_ANY), 0)
+            << strerror(errno);
     }
 
     incxdp_roce_conn conn(uint32_t qpn) {

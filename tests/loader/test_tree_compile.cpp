@@ -10,6 +10,7 @@
 
 #include <incxdp/apply_ctl.h>
 #include <incxdp/fattree_plan.h>
+#include <incxdp/util/ipv4.h>
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -36,12 +37,6 @@ topo::Mac mac(const uint8_t *p) {
     return m;
 }
 
-uint32_t be_ip(const std::string &s) {
-    in_addr a{};
-    inet_pton(AF_INET, s.c_str(), &a);
-    return a.s_addr;
-}
-
 // The contract's invariants over a compiled job.
 void check_invariants(const Topology &t, const apply::CompiledJob &c, uint16_t worker_port) {
     const uint32_t n = static_cast<uint32_t>(c.ranks.size());
@@ -56,7 +51,7 @@ void check_invariants(const Topology &t, const apply::CompiledJob &c, uint16_t w
         EXPECT_EQ(e.job.active, 1u);
         EXPECT_EQ(e.job.kind, uint32_t{INCXDP_JOB_STAR});
         EXPECT_EQ(e.job.nworkers, n);
-        EXPECT_EQ(e.job.switch_ip, be_ip(t.node(e.sw).ip));
+        EXPECT_EQ(e.job.switch_ip, util::ipv4_be_or_throw(t.node(e.sw).ip, "node ip"));
         EXPECT_EQ(e.job.fanin, e.workers.size());
         EXPECT_EQ(e.egress.size(), e.workers.size());
         std::set<uint16_t> bits;
@@ -78,7 +73,7 @@ void check_invariants(const Topology &t, const apply::CompiledJob &c, uint16_t w
                 throw std::runtime_error("no link");
             }();
             EXPECT_EQ(mac(w.key.mac), theirs.mac);
-            EXPECT_EQ(w.key.ip, be_ip(t.node(w.peer).ip));
+            EXPECT_EQ(w.key.ip, util::ipv4_be_or_throw(t.node(w.peer).ip, "node ip"));
             EXPECT_EQ(w.iface, theirs.peer_iface);
             EXPECT_TRUE(src.insert({w.peer, ntohs(w.key.port)}).second);
             if (w.is_switch) {
@@ -107,7 +102,7 @@ void check_invariants(const Topology &t, const apply::CompiledJob &c, uint16_t w
             EXPECT_EQ(ntohs(e.parent.src_port), apply::partial_src_port(c.id));
             EXPECT_EQ(ntohs(e.parent.dst_port), INCXDP_UDP_PORT);
             EXPECT_EQ(e.parent.src_ip, e.job.switch_ip);
-            EXPECT_EQ(e.parent.dst_ip, be_ip(t.node(e.parent_node).ip));
+            EXPECT_EQ(e.parent.dst_ip, util::ipv4_be_or_throw(t.node(e.parent_node).ip, "node ip"));
         }
     }
     EXPECT_EQ(roots, 1u);
@@ -205,6 +200,65 @@ TEST(TreeCompile, Refusals) {
     // Not a tree job.
     const Topology star = Topology::load_file(shipped("star"));
     EXPECT_THROW(apply::compile_tree(star, 1), ctl::CtlError);
+}
+
+// A star is the tree of one switch: `apply` of a star job compiles to the
+// entries `job add` compiles from the same file (compile_star), fanin 0 and
+// bit = rank; only the ports' MACs come from the file (job add takes them
+// from the ports). A tree job whose workers all hang below its root is the
+// same star.
+TEST(TreeCompile, StarIsTheOneSwitchTree) {
+    const Topology t = Topology::load_file(shipped("star"));
+    const auto c = apply::compile_job(t, 1);
+    ASSERT_EQ(c.switches.size(), 1u);
+    const auto &e = c.switches[0];
+    const auto s = apply::compile_star(ctl::job_from_topology(t, 1), "sw");
+    EXPECT_EQ(e.sw, "sw");
+    EXPECT_TRUE(e.root);
+    EXPECT_EQ(std::memcmp(&e.job, &s.job, sizeof e.job), 0);
+    EXPECT_EQ(e.job.fanin, 0u);
+    EXPECT_EQ(e.job.nworkers, 4u);
+    EXPECT_EQ(e.job.pool_size, 128u);
+    EXPECT_EQ(std::memcmp(&e.parent, &s.parent, sizeof e.parent), 0);
+    ASSERT_EQ(e.workers.size(), 4u);
+    ASSERT_EQ(s.workers.size(), 4u);
+    ASSERT_EQ(e.egress.size(), 4u);
+    for (size_t i = 0; i < 4; ++i) {
+        SCOPED_TRACE(i);
+        EXPECT_EQ(e.workers[i].iface, s.workers[i].iface);
+        EXPECT_EQ(std::memcmp(&e.workers[i].key, &s.workers[i].key, sizeof(incxdp_worker_key)), 0);
+        EXPECT_EQ(std::memcmp(&e.workers[i].value, &s.workers[i].value, sizeof(incxdp_worker)), 0);
+        EXPECT_EQ(e.workers[i].value.rank, i);
+        EXPECT_EQ(e.workers[i].value.child, 0u);
+        EXPECT_EQ(e.workers[i].peer, t.job(1).workers[i]);
+        incxdp_egress a = e.egress[i].value, b = s.egress[i].value;
+        EXPECT_EQ(mac(a.src_mac), t.switch_port_for("sw", t.job(1).workers[i]).mac);
+        EXPECT_EQ(mac(b.src_mac), topo::Mac{}) << "job add: the port's own, at apply";
+        std::memset(a.src_mac, 0, 6);
+        EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0);
+        EXPECT_EQ(e.egress[i].iface, s.egress[i].iface);
+        ASSERT_TRUE(e.ports[i].mac);
+        EXPECT_FALSE(s.ports[i].mac);
+    }
+    // The same job as `kind: tree`: the one-switch plan is the star.
+    const Topology tt = Topology::parse(
+        with(read_text(shipped("star")), "  - id: 1\n", "  - id: 1\n    kind: tree\n"));
+    const auto ct = apply::compile_job(tt, 1);
+    ASSERT_EQ(ct.switches.size(), 1u);
+    EXPECT_EQ(std::memcmp(&ct.switches[0].job, &e.job, sizeof e.job), 0);
+    // What job add refuses, compile_star refuses with its messages.
+    ctl::JobSpec bad = ctl::job_from_topology(t, 1);
+    bad.workers[1].iface = bad.workers[0].iface;
+    try {
+        apply::compile_star(bad);
+        ADD_FAILURE() << "two workers behind one port were accepted";
+    } catch (const ctl::CtlError &err) {
+        EXPECT_NE(std::string(err.what()).find("one worker per port"), std::string::npos)
+            << err.what();
+    }
+    bad = ctl::job_from_topology(t, 1);
+    bad.workers[3].rank = 0;
+    EXPECT_THROW(apply::compile_star(bad), ctl::CtlError);
 }
 
 TEST(TreeTopology, KindTreeParsesAndChecks) {

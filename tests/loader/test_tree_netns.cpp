@@ -161,6 +161,12 @@ class TreeRulesNetns : public ::testing::Test {
                                 std::to_string(id), "0", "0", "0"});
         return j.is_object() ? j.at("formatted").at("value") : json();
     }
+    // incxdp_parents of a job: its link to the parent switch (ifindex 0 at the root).
+    static json parent_entry(const std::string &sw, uint32_t id = 1) {
+        const json j = bpftool({"map", "lookup", "pinned", pin_dir(sw) + "/incxdp_parents", "key",
+                                std::to_string(id), "0", "0", "0"});
+        return j.is_object() ? j.at("formatted").at("value") : json();
+    }
     static uint32_t ifindex(const std::string &node, const std::string &iface) {
         const auto out =
             proc::run_ok({"ip", "-n", ns(node), "-j", "link", "show", "dev", iface}, "test query");
@@ -229,8 +235,16 @@ class TreeRulesNetns : public ::testing::Test {
             }
             EXPECT_EQ(j.at("max_elems"), ROCE_MAX_ELEMS);
             EXPECT_EQ(j.at("switch_ip"), be_ip(t_.node(ts.name).ip));
-            EXPECT_EQ(j.at("parent_qpn"),
-                      ts.parent_conn ? plan_.conns[*ts.parent_conn].child_qpn : 0u);
+            const json up = parent_entry(ts.name);
+            if (ts.parent_conn) {
+                const auto &c = plan_.conns[*ts.parent_conn];
+                EXPECT_EQ(up.at("qpn"), c.child_qpn) << up.dump();
+                EXPECT_EQ(up.at("ifindex"), ifindex(ts.name, c.child_iface)) << up.dump();
+                EXPECT_EQ(up.at("dst_ip"), be_ip(c.parent_ip)) << up.dump();
+            } else {
+                EXPECT_EQ(up.at("ifindex"), 0) << up.dump();
+                EXPECT_EQ(up.at("qpn"), 0) << up.dump();
+            }
         }
     }
 
@@ -364,6 +378,8 @@ TEST_F(TreeRulesNetns, ApplyResetReapplyClearDown) {
         ASSERT_EQ(jobs.size(), 1u);
         EXPECT_EQ(jobs[0].at("kind"), "roce-tree");
         EXPECT_EQ(jobs[0].at("workers"), ts.child_conns.size());
+        EXPECT_EQ(jobs[0].at("parent_qpn"),
+                  ts.parent_conn ? plan_.conns[*ts.parent_conn].child_qpn : 0u);
     }
 
     // `job reset` on one switch restarts its connections and slots.
@@ -441,6 +457,8 @@ TEST_F(TreeRulesNetns, ApplyResetReapplyClearDown) {
         EXPECT_TRUE(conns(ts.name).empty());
         EXPECT_TRUE(egress(ts.name).empty());
         EXPECT_EQ(job_entry(ts.name).at("active"), 0);
+        EXPECT_EQ(parent_entry(ts.name).at("ifindex"), 0);
+        EXPECT_EQ(parent_entry(ts.name).at("qpn"), 0);
         EXPECT_TRUE(exists(pin_dir(ts.name) + "/incxdp_ports"));
     }
 
@@ -458,7 +476,7 @@ TEST_F(TreeRulesNetns, ApplyResetReapplyClearDown) {
 }
 
 // A host whose QP is an RDMA device's learns its QPN only when it creates
-// the QP (TransportKind::Verbs): `rules set-qpn` puts it where that host's
+// the QP (Carrier::Verbs): `rules set-qpn` puts it where that host's
 // leaf addresses it, and changes nothing else.
 TEST_F(TreeRulesNetns, SetQpnTellsTheLeafTheQpnADeviceAssigned) {
     auto r = cli({"topo", "up", kFile, "--prefix", prefix_});

@@ -314,18 +314,23 @@ TEST(PlanTree, StarJobAndUnknownJobAreRefused) {
     EXPECT_CONTAINS(plan_error(t, 9), "has no job 9");
 }
 
-TEST(PlanTree, CycleIsRefused) {
+// The one planner (build_agg_tree) cuts cycles: the extra link s1 - s2
+// carries nothing and every connection keeps the QPNs and PSNs of the tree
+// without it.
+TEST(PlanTree, CycleGetsASpanningTree) {
     const std::string y = with(kTree, "  - [s2, s0]\n", "  - [s2, s0]\n  - [s1, s2]\n");
-    EXPECT_CONTAINS(parse_error(y), "jobs[0] (id 1): the links between the switches reachable "
-                                    "from root 's0' form a cycle");
-    // The same through plan_tree(), on a topology whose job was parsed as star.
-    Topology t = Topology::parse(with(with(y, "kind: roce-tree, switch: s0", "switch: s1"),
-                                      "workers: [h0, h1, h2, h3]", "workers: [h0]"));
-    t.jobs[0].switch_name = "s0";
-    t.jobs[0].kind = JobKind::RoceTree;
-    t.jobs[0].workers = {"h0", "h1", "h2", "h3"};
-    EXPECT_CONTAINS(plan_error(t, 1), "topology t: job 1 (roce-tree, root s0): the links");
-    EXPECT_CONTAINS(plan_error(t, 1), "form a cycle");
+    EXPECT_EQ(parse_error(y), "");
+    const TreePlan cyc = plan_tree(Topology::parse(y), 1);
+    const TreePlan tree = plan_tree(Topology::parse(kTree), 1);
+    ASSERT_EQ(cyc.conns.size(), tree.conns.size());
+    for (size_t c = 0; c < cyc.conns.size(); ++c) {
+        EXPECT_EQ(cyc.conns[c].child, tree.conns[c].child);
+        EXPECT_EQ(cyc.conns[c].parent, tree.conns[c].parent);
+        EXPECT_EQ(cyc.conns[c].child_qpn, tree.conns[c].child_qpn);
+        EXPECT_EQ(cyc.conns[c].up_base, tree.conns[c].up_base);
+        EXPECT_FALSE(cyc.conns[c].child == "s2" && cyc.conns[c].parent == "s1");
+        EXPECT_FALSE(cyc.conns[c].child == "s1" && cyc.conns[c].parent == "s2");
+    }
 }
 
 TEST(PlanTree, UnreachableWorkerIsRefused) {
@@ -338,9 +343,16 @@ TEST(PlanTree, UnreachableWorkerIsRefused) {
     EXPECT_CONTAINS(plan_error(t, 1), "worker 'h3' (rank 2) is not reachable");
 }
 
-TEST(PlanTree, WorkerBelowTwoSwitchesIsRefused) {
+// A worker cabled to two switches hangs below the one nearest the root,
+// the first of its links on a tie (s2 here), as for every job kind.
+TEST(PlanTree, WorkerBelowTwoSwitchesHangsBelowOne) {
     const std::string y = with(kTree, "  - [h3, s2]\n", "  - [h3, s2]\n  - [h3, s1]\n");
-    EXPECT_CONTAINS(parse_error(y), "worker 'h3' (rank 3) is linked to 2 switches of the tree");
+    EXPECT_EQ(parse_error(y), "");
+    const TreePlan p = plan_tree(Topology::parse(y), 1);
+    EXPECT_EQ(p.conn_of_rank(3).parent, "s2");
+    EXPECT_EQ(names_of_children(p, "s1"), (std::vector<std::string>{"h0", "h1"}));
+    const std::string y1 = with(kTree, "  - [h3, s2]\n", "  - [h3, s1]\n  - [h3, s2]\n");
+    EXPECT_EQ(plan_tree(Topology::parse(y1), 1).conn_of_rank(3).parent, "s1");
 }
 
 TEST(PlanTree, SlotsMustBeAPowerOfTwo) {
@@ -449,7 +461,6 @@ TEST(CompileRules, LeafSwitchOfTree124) {
     EXPECT_EQ(r.job.pool_size, 2048u);
     EXPECT_EQ(r.job.max_elems, uint32_t(ROCE_MAX_ELEMS));
     EXPECT_EQ(r.job.switch_ip, be("10.79.0.252"));
-    EXPECT_EQ(r.job.parent_qpn, up.child_qpn);
 
     ASSERT_EQ(r.conns.size(), 3u);
     const auto &par = r.conns[0];
@@ -494,8 +505,7 @@ TEST(CompileRules, LeafSwitchOfTree124) {
 TEST(CompileRules, RootTakesSwitchChildrenOutOfOrder) {
     const Topology t = Topology::load_file(shipped("tree124"));
     const auto r = ctl::rules::compile(t, plan_tree(t, 1), "s0");
-    EXPECT_EQ(r.job.parent_qpn, 0u);
-    ASSERT_EQ(r.conns.size(), 2u);
+    ASSERT_EQ(r.conns.size(), 2u); // no parent connection: the root
     for (const auto &c : r.conns) {
         EXPECT_EQ(c.value.role, INCXDP_ROCE_CHILD);
         EXPECT_EQ(c.value.strict, 0); // a switch cannot go back N

@@ -84,11 +84,11 @@ struct incxdp_job {
 	__u32 pool_size;   /* slots in the range; window slot must be below */
 	__u32 max_elems;   /* per packet, <= INCXDP_MAX_ELEMS */
 	__be32 switch_ip;  /* source address of results */
+	/* ROCE_TREE: pool_size is a power of two: idx picks slot
+	 * idx % pool_size, set (idx / pool_size) & 1. The parent connection
+	 * is the job's incxdp_parents entry, as for every tree. */
 	__u32 kind;        /* enum incxdp_job_kind */
-	/* ROCE_TREE: switch-local QPN of the connection to the parent switch;
-	 * 0 = this switch is the root of the job's tree. pool_size is a power
-	 * of two there: idx picks slot idx % pool_size, set (idx / pool_size) & 1. */
-	__u32 parent_qpn;
+	__u32 reserved0;   /* 0 */
 	/* STAR: contributions this switch waits for (its children: hosts and
 	 * switches below it); 0 = a one-switch star, fan-in = nworkers and the
 	 * slot bitmap bit = rank. nworkers stays the job's total worker count
@@ -97,8 +97,11 @@ struct incxdp_job {
 	__u32 tree_flags; /* reserved 0 */
 };
 
-/* incxdp_parents (array indexed by job id): a STAR job's link to the
- * switch above this one in its tree (docs/ENGINE.md, trees). */
+/* incxdp_parents (array indexed by job id): a job's link to the switch
+ * above this one in its tree, for every wire (docs/ENGINE.md, trees).
+ * STAR (native UDP) sends its partials with the addresses and ports below;
+ * ROCE_TREE sends them on the RC connection `qpn` (incxdp_roce_conns),
+ * whose peer the addresses name too (the UDP ports and rank are unused). */
 struct incxdp_parent {
 	__u32 ifindex;   /* this switch's port towards the parent; 0 = this switch is the job's root */
 	__u8 dst_mac[6]; /* the parent's MAC on that link */
@@ -112,6 +115,9 @@ struct incxdp_parent {
 	__be16 src_port;
 	__u16 rank; /* the header rank of our partials (the parent has it in its worker table) */
 	__u16 pad;
+	/* ROCE_TREE: switch-local QPN of the connection to the parent (the
+	 * key of its incxdp_roce_conns entry, role PARENT); STAR: 0 */
+	__u32 qpn;
 };
 
 /* incxdp_egress: per-copy rewrite of a multicast result. Key: job and the
@@ -203,8 +209,8 @@ struct incxdp_roce_conn {
 struct incxdp_slot_set {
 	__u32 bitmap;    /* ranks whose contribution is in */
 	__u32 remaining; /* contributions still missing; 0 = complete or idle */
-	__u32 round;     /* rid of the round in this set (native) */
-	__u32 chunk;     /* cid of the chunk in this set (native) */
+	__u32 round;     /* rid of the round in this set (native); ImmDt (RoCE) */
+	__u32 chunk;     /* cid of the chunk in this set (native); idx (RoCE) */
 	__u32 rounds;    /* completions of this set, for status/debug */
 	__u8 op;
 	__u8 dtype;
@@ -214,9 +220,9 @@ struct incxdp_slot_set {
 	__u16 flags;     /* INCXDP_SET_* */
 };
 
-/* ROCE_TREE: the set holds the job's final result, not only this switch's
- * aggregate (always at the root once complete; at other switches once the
- * parent's result came down). */
+/* A tree's set holds the job's final result, not only this switch's
+ * aggregate (at a tree's root once complete; at other switches once the
+ * parent's result came down). A one-switch star never sets it. */
 #define INCXDP_SET_RESULT 0x1
 
 struct incxdp_slot {

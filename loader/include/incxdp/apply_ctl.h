@@ -1,10 +1,15 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// Native UDP aggregation trees (bpf/include/incxdp/maps.h, "fanin"): one
-// job's tree, planned by topo::build_agg_tree(), compiled into every
+// plan -> compile -> apply for every job kind (docs/APPLY.md). A job's tree
+// is planned by topo::build_agg_tree() (the one planner: a star is its
+// one-switch case, roce-tree plans build on it), compiled into every
 // switch's incxdp_jobs / incxdp_workers / incxdp_egress / incxdp_parents
-// entries (pure), and applied all or nothing with one map journal, either
-// on every switch of a topology brought up as namespaces or on the engine
-// of the machine the caller runs on (`incxdp apply --node`).
+// entries (pure; a one-switch tree is a star, maps.h "fanin" 0), and
+// applied all or nothing with one map journal, either on every switch of a
+// topology brought up as namespaces or on the engine of the machine the
+// caller runs on (`incxdp apply --node`). `incxdp job add` is the same
+// compile and apply of a star given by addresses. roce-tree jobs are
+// compiled and written by the RoCE installer (rules_ctl.h) through the same
+// journal; apply_job_netns() and apply_job_here() are the one dispatch.
 // Every function throws CtlError naming the job, the switch and the reason.
 #pragma once
 
@@ -15,6 +20,7 @@
 #include <incxdp/topology.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,6 +68,14 @@ struct EgressEntry {
     incxdp_egress value{};
 };
 
+/// A port the entries use, with the MAC the file gives it (checked at
+/// apply). Without one (a star given by addresses, `job add --worker`) the
+/// port's own MAC is the source of what the switch sends through it.
+struct PortUse {
+    std::string iface;
+    std::optional<topo::Mac> mac;
+};
+
 /// Everything one switch installs for the job.
 struct SwitchEntries {
     uint32_t job_id = 0;
@@ -73,6 +87,7 @@ struct SwitchEntries {
     std::string parent_iface;         ///< empty at the root
     std::string parent_node;          ///< empty at the root
     incxdp_parent parent{};           ///< ifindex left 0 (also at the root)
+    std::vector<PortUse> ports;       ///< every port named above, once each
 };
 
 /// A job compiled for every switch of its tree.
@@ -85,13 +100,30 @@ struct CompiledJob {
     const SwitchEntries &sw(const std::string &name) const; ///< throws CtlError
 };
 
+/// Pure: a star, the one-switch tree, from its workers' addresses (what
+/// `incxdp job add` installs): fanin 0, bit = rank (maps.h). `sw` only
+/// names the switch in the entries. Throws CtlError on what job add
+/// refuses (ranks not 0..n-1 once each, two ranks on one address or one
+/// port, slots, max elems or job id out of range, no switch address).
+SwitchEntries compile_star(const JobSpec &job, const std::string &sw = "");
+
 /// Pure: the entries of every switch of `plan` (build_agg_tree() of the
-/// spec's hosts). Throws CtlError on a receive-only host, more than
-/// INCXDP_MAX_WORKERS ranks or children, or a plan that does not match.
+/// spec's hosts); a plan of one switch compiles to compile_star()'s star.
+/// Throws CtlError on a receive-only host, more than INCXDP_MAX_WORKERS
+/// ranks or children, or a plan that does not match.
 CompiledJob compile_tree(const topo::Topology &t, const TreeJobSpec &spec,
                          const topo::AggPlan &plan);
 /// Kind-tree job `job_id` of the file, planned from its `switch:` (the root).
 CompiledJob compile_tree(const topo::Topology &t, uint32_t job_id);
+/// A star or tree job of the file: planned from its `switch:` and compiled
+/// (a star is the one-switch plan). CtlError for a roce-tree job, which
+/// rules::compile() compiles.
+CompiledJob compile_job(const topo::Topology &t, uint32_t job_id);
+
+/// The switch each worker of job `job_id` hangs below, by host name, and
+/// the switches of its tree (root first, breadth-first): the one planner's
+/// answer for every job kind.
+topo::AggPlan plan_job(const topo::Topology &t, uint32_t job_id);
 
 /// What was installed on one switch.
 struct SwitchApplied {
@@ -99,13 +131,21 @@ struct SwitchApplied {
     uint32_t pool_base = 0, pool_size = 0;
     bool replaced = false; ///< the job was there already: its old entries were replaced
     size_t workers = 0, egress = 0;
+    size_t conns = 0; ///< roce-tree: RC connections installed
+};
+
+/// What to do when the job is installed on the engine already.
+enum class Existing {
+    Replace, ///< a fresh run: its entries replaced, slots zeroed (`apply`)
+    Refuse,  ///< an error, "job N already exists" (`job add`)
 };
 
 /// Installs one switch's entries on the engine pinned in `pin_dir`, in the
-/// calling thread's namespace (ports resolved and checked by name and MAC
-/// here). Every write is saved in `journal` first; the caller commits.
-SwitchApplied apply_switch(const topo::Topology &t, const SwitchEntries &e,
-                           const std::string &pin_dir, Journal &journal);
+/// calling thread's namespace (ports resolved by name and, where the
+/// entries give one, checked against their MAC here). Every write is saved
+/// in `journal` first; the caller commits.
+SwitchApplied apply_switch(const SwitchEntries &e, const std::string &pin_dir, Journal &journal,
+                           Existing existing = Existing::Replace);
 
 /// Every switch of the compiled job, each in its namespace <prefix><switch>
 /// with pins in topo::switch_pin_dir(pin_root, prefix, switch); the engine
@@ -114,6 +154,28 @@ SwitchApplied apply_switch(const topo::Topology &t, const SwitchEntries &e,
 std::vector<SwitchApplied> apply_tree_netns(const topo::Topology &t, const std::string &prefix,
                                             const CompiledJob &job,
                                             const std::string &pin_root = "");
+
+// ---- every job kind --------------------------------------------------------------
+
+/// Where a topology's switches are: namespaces <prefix><switch>, pins in
+/// topo::switch_pin_dir(pin_root, prefix, switch).
+struct NetnsTarget {
+    std::string prefix = "ix-";
+    std::string pin_root;
+    AttachMode mode = AttachMode::Native; ///< roce-tree: loading an engine where there is none
+};
+
+/// Job `job_id` of the file on every switch of its tree, whatever its kind:
+/// star and tree compile_job() + apply_tree_netns(), roce-tree the RoCE
+/// installer (rules::apply). Applying again replaces the job.
+std::vector<SwitchApplied> apply_job_netns(const topo::Topology &t, uint32_t job_id,
+                                           const NetnsTarget &where);
+/// Removes job `job_id` from every switch of its tree, whatever its kind.
+void remove_job_netns(const topo::Topology &t, uint32_t job_id, const NetnsTarget &where);
+/// Switch `sw`'s part of job `job_id` on the engine pinned in `pin_dir` of
+/// the calling thread's namespace (`incxdp apply --node`), whatever its kind.
+SwitchApplied apply_job_here(const topo::Topology &t, uint32_t job_id, const std::string &sw,
+                             const std::string &pin_dir, AttachMode mode = AttachMode::Native);
 
 /// Removes job `job` from the engine in `pin_dir` (this namespace): entry,
 /// workers, egress, parent; its slots zeroed. False if it was not there.

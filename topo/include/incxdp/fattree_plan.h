@@ -50,6 +50,17 @@ struct AggPlan {
     const PlanSwitch &sw(const std::string &name) const; ///< throws TopologyError
 };
 
+/// Breadth-first over switch-switch links from `root` (neighbours in link
+/// order; the first switch to reach another becomes its parent): a spanning
+/// tree of the switches reachable from `root`, even where the cabling has
+/// cycles or several paths. The one walk every planner of the project uses.
+struct SwitchSpan {
+    std::vector<std::string> order;            ///< root first, then breadth-first
+    std::map<std::string, int> level;          ///< hops from the root
+    std::map<std::string, std::string> parent; ///< every reached switch but the root
+};
+SwitchSpan span_switches(const Topology &t, const std::string &root);
+
 /// The generic tree over any topology: breadth-first from `root` through
 /// switch-switch links (neighbours in link order; first discovery wins),
 /// each member host below the reachable switch it is linked to that is

@@ -55,11 +55,14 @@ struct TreePlan {
     const RoceConn &conn_of_rank(uint32_t rank) const;   ///< throws TopologyError
 };
 
-/// The job's tree: the switches reachable from the job's root switch
-/// through switch-switch links (a tree; a cycle is an error), each worker
-/// attached to exactly one of them. Switches without workers below them
-/// are left out. Throws TopologyError naming the file's job and the problem
-/// (not a roce-tree job, a worker not reachable, more than 64 ranks, ...).
+/// The job's tree is build_agg_tree()'s (fattree_plan.h), the one planner
+/// of every job kind: a breadth-first spanning tree of the switches
+/// reachable from the job's root switch (cycles and parallel paths are
+/// cut), each worker below the reachable switch it is linked to nearest the
+/// root, switches without workers below them left out. This adds the RC
+/// connections (children in rank order) on top. Throws TopologyError naming
+/// the file's job and the problem (not a roce-tree job, a worker not
+/// reachable, more than 64 ranks, ...).
 TreePlan plan_tree(const Topology &t, uint32_t job_id);
 
 /// Where the engine of switch `sw` keeps its pins when the topology is up
