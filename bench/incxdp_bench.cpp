@@ -168,8 +168,9 @@ int main(int argc, char **argv) {
                     ? fmt::format(" (root {})", o.coll.root)
                     : "",
                 cfg.job, cfg.world_size, o.boot.dtype, o.boot.op,
-                cfg.transport == TransportKind::Roce ? "roce" : o.boot.wire, cfg.window,
-                cfg.effective_elems_per_packet(), o.warmup, o.iters, to_string(cfg.transport));
+                cfg.roce_tree() ? "roce" : o.boot.wire, cfg.window,
+                cfg.effective_elems_per_packet(), o.warmup, o.iters,
+                comm.config().transport_name());
         auto rows =
             o.boot.dtype == "float32" ? run<float>(comm, o, sizes) : run<int32_t>(comm, o, sizes);
         comm.close();
@@ -178,12 +179,13 @@ int main(int argc, char **argv) {
                       {"world_size", cfg.world_size},
                       {"dtype", o.boot.dtype},
                       {"op", o.boot.op},
-                      {"wire", cfg.transport == TransportKind::Roce ? "roce" : o.boot.wire},
+                      {"wire", cfg.roce_tree() ? "roce" : o.boot.wire},
                       {"window", cfg.window},
                       {"elems_per_packet", cfg.effective_elems_per_packet()},
                       {"prim", o.coll.prim},
                       {"root", o.coll.root},
-                      {"transport", to_string(cfg.transport)},
+                      {"transport", comm.config().transport_name()},
+                      {"carrier", to_string(comm.config().carrier)},
                       {"rows", json::array()}};
             for (const Row &r : rows)
                 j["rows"].push_back({{"size", r.bytes},

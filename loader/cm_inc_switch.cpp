@@ -422,7 +422,7 @@ void SwitchIncPath::run_member(size_t fi, size_t mi) {
         cfg.local_port = static_cast<uint16_t>(o_.worker_port_base + fj.job);
         cfg.window = o_.window;
         cfg.mtu = static_cast<uint32_t>(t_.mtu);
-        cfg.transport = TransportKind::Udp;
+        cfg.carrier = Carrier::Socket;
         cfg.deadline = std::chrono::milliseconds(static_cast<int64_t>(o_.deadline_s * 1000));
         cfg.stop = &stop_;
         Communicator comm(cfg);

@@ -147,19 +147,18 @@ CommConfig to_config(const incxdp_config_t &c) {
         k.switch_port = c.switch_port;
     if (c.local_port)
         k.local_port = c.local_port;
-    if (c.transport && c.topology)
-        k.use_transport(c.transport, fmt::format("job {} of {}", c.job, c.topology));
-    else if (c.transport)
-        k.transport = parse_transport(c.transport);
+    // Carrier names or the old transport names; a topology's job fixes the protocol.
+    if (c.transport)
+        k.use_carrier(c.transport,
+                      c.topology ? fmt::format("job {} of {}", c.job, c.topology) : std::string());
 #ifndef INCXDP_HAVE_VERBS
-    if (k.transport == TransportKind::Verbs)
-        throw NotSupported("transport verbs: libincxdp was built without libibverbs (install "
-                           "libibverbs-dev and rebuild), use transport roce");
+    if (k.carrier == Carrier::Verbs)
+        throw NotSupported("carrier verbs: libincxdp was built without libibverbs (install "
+                           "libibverbs-dev and rebuild), use carrier af_xdp");
 #endif
-    if (k.transport != TransportKind::Verbs &&
-        (c.verbs_device || c.publish_qpn || c.verbs_ack_timeout))
+    if (k.carrier != Carrier::Verbs && (c.verbs_device || c.publish_qpn || c.verbs_ack_timeout))
         throw std::invalid_argument(
-            "config: verbs_device, verbs_ack_timeout and publish_qpn need transport verbs");
+            "config: verbs_device, verbs_ack_timeout and publish_qpn need carrier verbs");
     if (c.verbs_ack_timeout > 31)
         throw std::invalid_argument(
             fmt::format("config: verbs_ack_timeout {} is above 31", c.verbs_ack_timeout));

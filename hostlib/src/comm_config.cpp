@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// CommConfig: defaults, validation and the topology bootstrap.
+// CommConfig: defaults, validation and the topology bootstrap (the carrier
+// names and pairs: carrier.cpp).
 #include <incxdp/communicator.h>
 #include <incxdp/proto.h>
 #include <incxdp/roce.h>
@@ -63,7 +64,7 @@ CommConfig roce_from_plan(const topo::TreePlan &plan, const topo::Topology &t, u
     const topo::RoceConn &conn = plan.conn_of_rank(rank);
     const topo::TreeSwitch &leaf = plan.sw(conn.parent);
     CommConfig c;
-    c.transport = TransportKind::Roce;
+    c.protocol = Protocol::Roce; // carrier Auto: AF_XDP unless the user picks verbs
     c.rank = rank;
     c.world_size = uint32_t(plan.ranks.size());
     c.job = plan.job;
@@ -88,52 +89,6 @@ CommConfig roce_from_plan(const topo::TreePlan &plan, const topo::Topology &t, u
 }
 
 } // namespace
-
-TransportKind parse_transport(const std::string &s) {
-    if (s == "udp")
-        return TransportKind::Udp;
-    if (s == "afxdp" || s == "af_xdp" || s == "xdp")
-        return TransportKind::AfXdp;
-    if (s == "roce")
-        return TransportKind::Roce;
-    if (s == "verbs")
-        return TransportKind::Verbs;
-    if (s == "auto")
-        return TransportKind::Auto;
-    throw std::invalid_argument(
-        fmt::format("transport '{}': expected auto, udp, afxdp, roce or verbs", s));
-}
-
-const char *to_string(TransportKind t) {
-    switch (t) {
-    case TransportKind::AfXdp:
-        return "afxdp";
-    case TransportKind::Roce:
-        return "roce";
-    case TransportKind::Verbs:
-        return "verbs";
-    case TransportKind::Auto:
-        return "auto";
-    default:
-        return "udp";
-    }
-}
-
-void CommConfig::use_transport(const std::string &name, const std::string &job_desc) {
-    if (name.empty())
-        return;
-    const bool tree = roce_tree();
-    TransportKind t = parse_transport(name);
-    const bool roce_ = t == TransportKind::Roce || t == TransportKind::Verbs;
-    if (tree && !roce_)
-        throw std::invalid_argument(
-            fmt::format("{} is a roce-tree job: use transport roce or verbs", job_desc));
-    if (!tree && roce_)
-        throw std::invalid_argument(fmt::format(
-            "{} is a star job or a native UDP tree: transport {} needs a `kind: roce-tree` job",
-            job_desc, name));
-    transport = t;
-}
 
 uint16_t CommConfig::effective_switch_port() const {
     if (roce_tree())
@@ -169,8 +124,10 @@ void CommConfig::validate() const {
         return std::invalid_argument(
             fmt::format("communicator config (rank {}, job {}): {}", rank, job, why));
     };
+    if (std::string why = carrier_refusal(protocol, carrier); !why.empty())
+        throw bad(why);
     const bool roce_ = roce_tree();
-    const bool own_frames = transport == TransportKind::Roce; // else the device's
+    const bool own_frames = carrier != Carrier::Verbs; // else the device's
     uint32_t max_ranks = roce_ ? kMaxRoceRanks : INCXDP_MAX_WORKERS;
     if (world_size == 0 || world_size > max_ranks)
         throw bad(fmt::format("world_size {} is not in 1..{}", world_size, max_ranks));
@@ -205,7 +162,7 @@ void CommConfig::validate() const {
             throw bad("roce PSN bases must be below 2^24");
         if (own_frames && roce.sport == 0)
             throw bad("roce UDP source port (roce.sport) is 0");
-        if (transport == TransportKind::Verbs && (verbs.ack_timeout > 31 || verbs.retry_cnt > 7))
+        if (carrier == Carrier::Verbs && (verbs.ack_timeout > 31 || verbs.retry_cnt > 7))
             throw bad(fmt::format("verbs ack_timeout {} must be <= 31 and retry_cnt {} <= 7",
                                   verbs.ack_timeout, verbs.retry_cnt));
     } else if (wire == Wire::Native) {

@@ -1,81 +1,24 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// Communicator: argument checks, the transport, and every collective through
-// one engine backend (engine_backend.h); AllGather, ReduceScatter and AVG
-// built on its primitives.
+// Communicator: argument checks, the carrier (carrier.h), and every
+// collective through the protocol's engine backend (engine_backend.h);
+// AllGather, ReduceScatter and AVG built on its primitives.
 #include <incxdp/communicator.h>
 
+#include "carrier.h"
 #include "engine_backend.h"
-#include "packet.h"
-#include "roce_frame.h"
-#include "rx_backlog.h"
 #include "stop.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
-#include <system_error>
 
 namespace incxdp {
 namespace {
 
 constexpr std::chrono::milliseconds kDestructorCloseDeadline{5000};
-
-bool is_zero(const std::array<uint8_t, 6> &mac) {
-    return mac == std::array<uint8_t, 6>{};
-}
-
-// Roce: the MACs the frames need, from this namespace, unless given.
-void resolve_roce_link(CommConfig &cfg) {
-    if (cfg.transport != TransportKind::Roce ||
-        (!is_zero(cfg.roce.local_mac) && !is_zero(cfg.roce.switch_mac)))
-        return;
-    LinkInfo l = resolve_link(cfg.local_ip, cfg.switch_ip, cfg.xdp_iface);
-    if (is_zero(cfg.roce.local_mac))
-        cfg.roce.local_mac = l.local_mac;
-    if (is_zero(cfg.roce.switch_mac))
-        cfg.roce.switch_mac = l.remote_mac;
-}
-
-std::unique_ptr<Transport> transport_for(const CommConfig &cfg) {
-    cfg.validate();
-    if (cfg.transport == TransportKind::Roce || cfg.transport == TransportKind::AfXdp) {
-        AfXdpTransportConfig t;
-        t.local_ip = cfg.local_ip;
-        t.remote_ip = cfg.switch_ip;
-        t.ifname = cfg.xdp_iface;
-        t.queue = cfg.xdp_queue;
-        t.follow_queues = cfg.xdp_follow_queues;
-        t.tx_live_frames = cfg.xdp_tx_live_frames;
-        t.batch = cfg.batch;
-        t.rx_frames = std::max(t.rx_frames, detail::rx_queue_frames(cfg)); // rx_backlog.h
-        size_t payload = 4 * size_t(cfg.effective_elems_per_packet());
-        if (cfg.transport == TransportKind::Roce) {
-            // Whole frames: the switch's frames come to local_ip:4791.
-            t.local_port = t.remote_port = INCXDP_ROCE_UDP_PORT;
-            t.raw_frames = true;
-            t.max_payload = detail::RoceSendTemplate::frame_len(payload) - detail::kFrameHdrLen;
-        } else {
-            t.local_port = cfg.local_port;
-            t.remote_port = cfg.effective_switch_port();
-            t.max_payload = detail::header_len(cfg.wire) + payload;
-        }
-        return make_afxdp_transport(t);
-    }
-    UdpTransportConfig t;
-    t.local_ip = cfg.local_ip;
-    t.local_port = cfg.local_port;
-    t.remote_ip = cfg.switch_ip;
-    t.remote_port = cfg.effective_switch_port();
-    t.socket_buffer = cfg.socket_buffer;
-    t.batch = cfg.batch;
-    t.gso = cfg.udp_gso;
-    t.gro = cfg.udp_gro;
-    return make_udp_transport(t);
-}
 
 // Avg is a Sum on the wire and a division on the host; integer averages
 // are refused as torch and NCCL refuse them.
@@ -94,46 +37,6 @@ void divide(void *buf, size_t count, uint32_t world_size) {
     auto *y = static_cast<float *>(buf);
     for (size_t i = 0; i < count; ++i)
         y[i] /= float(world_size);
-}
-
-// Why AF_XDP did not open, in a few words for the fallback notice.
-std::string afxdp_failure(const std::exception &e) {
-    auto *se = dynamic_cast<const std::system_error *>(&e);
-    if (se && (se->code().value() == EPERM || se->code().value() == EACCES))
-        return fmt::format("{}: not root (needs CAP_NET_ADMIN and CAP_BPF)",
-                           se->code().value() == EPERM ? "EPERM" : "EACCES");
-    std::string why = e.what();
-    std::replace(why.begin(), why.end(), '\n', ' ');
-    return why;
-}
-
-// Auto: AF_XDP where it attaches (it bypasses the stack, docs/PERF.md),
-// else the UDP socket with one line on stderr. Loopback has no interface
-// worth bypassing: the socket, silently. cfg.transport becomes the choice.
-std::unique_ptr<Transport> open_auto(CommConfig &cfg) {
-    if (cfg.xdp_iface.empty() && cfg.local_ip.starts_with("127.")) {
-        cfg.transport = TransportKind::Udp;
-        return transport_for(cfg);
-    }
-    cfg.transport = TransportKind::AfXdp;
-    try {
-        return transport_for(cfg);
-    } catch (const std::exception &e) {
-        std::string iface = cfg.xdp_iface;
-        if (iface.empty()) {
-            try {
-                iface = resolve_link(cfg.local_ip, cfg.switch_ip).ifname;
-            } catch (const std::exception &) {
-                iface = "the interface holding " + cfg.local_ip;
-            }
-        }
-        std::fprintf(stderr,
-                     "incxdp: rank %u: AF_XDP on %s not available (%s); using the UDP "
-                     "socket\n",
-                     cfg.rank, iface.c_str(), afxdp_failure(e).c_str());
-    }
-    cfg.transport = TransportKind::Udp;
-    return transport_for(cfg);
 }
 
 void check_buffers(const char *what, const void *send, const void *recv, size_t count) {
@@ -172,11 +75,21 @@ CommStats &CommStats::operator+=(const CommStats &o) {
 }
 
 struct Communicator::Impl {
-    Impl(CommConfig c, std::unique_ptr<Transport> t) : cfg(std::move(c)), transport(std::move(t)) {
-        if (cfg.roce_tree())
-            backend = detail::make_roce_backend(cfg, transport.get());
+    // The carrier opens on cfg as stored here: the RoCE engine keeps a
+    // reference to it.
+    explicit Impl(CommConfig c) : cfg(std::move(c)) { start(detail::open_carrier(cfg)); }
+    Impl(CommConfig c, std::unique_ptr<Transport> t) : cfg(std::move(c)) {
+        start(detail::carry_over(cfg, std::move(t)));
+    }
+
+    // The backend follows the protocol; the carrier is already open.
+    void start(detail::Carried c) {
+        carried = std::move(c);
+        if (cfg.protocol == Protocol::Roce)
+            backend =
+                detail::make_roce_backend(cfg, std::move(carried.roce), carried.transport.get());
         else
-            backend = detail::make_window_backend(cfg, *transport);
+            backend = detail::make_window_backend(cfg, *carried.transport);
     }
 
     // One collective through the backend: its stats into last and total.
@@ -189,7 +102,7 @@ struct Communicator::Impl {
         total += last;
     }
 
-    uint64_t rx_dropped() const { return transport ? transport->rx_dropped() : 0; }
+    uint64_t rx_dropped() const { return carried.transport ? carried.transport->rx_dropped() : 0; }
 
     // Every collective starts here: a usable communicator, fresh last stats.
     void begin(const char *what) {
@@ -215,7 +128,7 @@ struct Communicator::Impl {
     }
 
     CommConfig cfg;
-    std::unique_ptr<Transport> transport; ///< null for verbs: the device is the transport
+    detail::Carried carried; ///< before backend: the backend uses it until destroyed
     std::unique_ptr<detail::EngineBackend> backend;
     std::vector<int32_t> scatter; ///< reduce_scatter: the whole reduction
     bool closed = false;
@@ -224,22 +137,11 @@ struct Communicator::Impl {
 
 Communicator::Communicator(CommConfig cfg) {
     cfg.validate();
-    resolve_roce_link(cfg);
-    std::unique_ptr<Transport> transport;
-    if (cfg.transport == TransportKind::Auto)
-        transport = open_auto(cfg);
-    else if (cfg.transport != TransportKind::Verbs)
-        transport = transport_for(cfg);
-    impl_ = std::make_unique<Impl>(std::move(cfg), std::move(transport));
+    impl_ = std::make_unique<Impl>(std::move(cfg));
 }
 
 Communicator::Communicator(CommConfig cfg, std::unique_ptr<Transport> transport) {
     cfg.validate();
-    if (!transport)
-        throw std::invalid_argument("communicator: transport is null");
-    if (cfg.transport == TransportKind::Verbs)
-        throw std::invalid_argument(
-            "communicator: transport verbs sends through the RDMA device, not a given Transport");
     impl_ = std::make_unique<Impl>(std::move(cfg), std::move(transport));
 }
 

@@ -7,6 +7,8 @@
 // AllGather, ReduceScatter and AVG are built above this interface, once.
 #pragma once
 
+#include "roce_packets.h"
+
 #include <incxdp/communicator.h>
 #include <incxdp/reduce_op.h>
 #include <incxdp/transport.h>
@@ -59,9 +61,10 @@ class EngineBackend {
 /// a star's switch).
 std::unique_ptr<EngineBackend> make_window_backend(const CommConfig &cfg, Transport &transport);
 
-/// RoCEv2 to a roce-tree job: hostlib's own frames over `transport`
-/// (TransportKind::Roce) or, with transport null, an RDMA device
-/// (TransportKind::Verbs).
-std::unique_ptr<EngineBackend> make_roce_backend(const CommConfig &cfg, Transport *transport);
+/// RoCEv2 to a roce-tree job over the rank's RC connection `link` (hostlib's
+/// own frames over AF_XDP, or an RDMA device: carrier.h opens it). `frames`:
+/// the Transport under the link, null for a device.
+std::unique_ptr<EngineBackend>
+make_roce_backend(const CommConfig &cfg, std::unique_ptr<RoceLink> link, const Transport *frames);
 
 } // namespace incxdp::detail

@@ -3,8 +3,6 @@
 // the next indices of the rank's RC connection (docs/ROCE.md §2, §4).
 #include "engine_backend.h"
 #include "roce_collectives.h"
-#include "roce_engine.h"
-#include "verbs_link.h"
 
 #include <stdexcept>
 #include <vector>
@@ -14,17 +12,13 @@ namespace {
 
 class RoceBackend final : public EngineBackend {
   public:
-    RoceBackend(const CommConfig &cfg, Transport *transport)
+    RoceBackend(const CommConfig &cfg, std::unique_ptr<RoceLink> link, const Transport *frames)
         : cfg_(cfg),
-          // Verbs has no Transport: the device's frames are skb-built and
-          // cannot grow at the switch, so broadcast pads them.
-          pad_broadcast_(!transport || !transport->frames_grow_at_switch()) {
-        if (cfg.transport == TransportKind::Verbs)
-            link_ = make_verbs_link(cfg); // the device is the transport
-        else if (transport)
-            link_ = std::make_unique<RoceEngine>(cfg, *transport);
-        else
-            throw std::invalid_argument("roce backend: transport roce needs a Transport");
+          // A device's frames are skb-built and cannot grow at the switch, so
+          // broadcast pads them.
+          pad_broadcast_(!frames || !frames->frames_grow_at_switch()), link_(std::move(link)) {
+        if (!link_)
+            throw std::invalid_argument("roce backend: no RC connection to run on");
     }
 
     void run(const Call &c, const char *what, CommStats &stats) override {
@@ -52,8 +46,9 @@ class RoceBackend final : public EngineBackend {
 
 } // namespace
 
-std::unique_ptr<EngineBackend> make_roce_backend(const CommConfig &cfg, Transport *transport) {
-    return std::make_unique<RoceBackend>(cfg, transport);
+std::unique_ptr<EngineBackend>
+make_roce_backend(const CommConfig &cfg, std::unique_ptr<RoceLink> link, const Transport *frames) {
+    return std::make_unique<RoceBackend>(cfg, std::move(link), frames);
 }
 
 } // namespace incxdp::detail

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// TransportKind::Verbs: a Communicator's RoCE collectives through an RDMA
+// Carrier::Verbs: a Communicator's RoCE collectives through an RDMA
 // device's RC QP (verbs_session.h) instead of hostlib's own frames.
 #pragma once
 

@@ -183,10 +183,9 @@ int main(int argc, char **argv) {
         out["world_size"] = cfg.world_size;
         out["window"] = cfg.window;
         out["elems_per_packet"] = cfg.effective_elems_per_packet();
-        out["transport"] = to_string(cfg.transport);
         if (cfg.roce_tree())
             out["wire"] = "roce";
-        if (cfg.transport == TransportKind::Verbs)
+        if (cfg.carrier == Carrier::Verbs)
             cfg.verbs.publish_qpn = [&out, publish = cfg.verbs.publish_qpn](uint32_t qpn) {
                 out["qpn"] = qpn; // the device's choice, for the log
                 if (publish)
@@ -194,6 +193,9 @@ int main(int argc, char **argv) {
             };
         cfg.stop = stop_on_signals();
         Communicator comm(cfg);
+        // What was opened (auto resolved): "native/af_xdp", "roce/verbs".
+        out["transport"] = comm.config().transport_name();
+        out["carrier"] = to_string(comm.config().carrier);
         bool ok = o.boot.dtype == "float32" ? run<float>(comm, o, bytes, out)
                                             : run<int32_t>(comm, o, bytes, out);
         comm.close();

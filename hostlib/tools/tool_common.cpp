@@ -54,12 +54,18 @@ void add_bootstrap_options(CLI::App &app, BootstrapOptions &o) {
     app.add_option("--wire", o.wire, "Header spoken to the switch")
         ->check(CLI::IsMember({"native", "switchml"}))
         ->capture_default_str();
+    auto *carrier =
+        app.add_option("--carrier", o.carrier,
+                       "What carries the job's protocol (star and tree jobs: native, roce-tree "
+                       "jobs: roce): auto (native: af_xdp where it attaches, else socket, saying "
+                       "why; roce: af_xdp), socket (kernel UDP, native only), af_xdp (root), "
+                       "verbs (an RDMA device's RC QP, roce only) (default: auto)")
+            ->check(CLI::IsMember({"auto", "socket", "af_xdp", "verbs"}));
     app.add_option("--transport", o.transport,
-                   "auto (afxdp where it attaches, else udp, saying why), udp socket, afxdp "
-                   "socket (root) on the worker's interface, or for a roce-tree job roce (RoCEv2 "
-                   "over AF_XDP, root) or verbs (an RDMA device's RC QP) (default: roce for "
-                   "roce-tree jobs, else auto)")
-        ->check(CLI::IsMember({"auto", "udp", "afxdp", "roce", "verbs"}));
+                   "Older name of --carrier: udp (socket), afxdp or af_xdp, roce (a roce-tree "
+                   "job over af_xdp), verbs, auto")
+        ->check(CLI::IsMember({"auto", "udp", "afxdp", "af_xdp", "roce", "verbs"}))
+        ->excludes(carrier);
     app.add_option("--verbs-device", o.verbs_device,
                    "verbs: RDMA device (default: the one whose RoCEv2 GID is the rank's IP)");
     app.add_option("--verbs-ack-timeout", o.verbs_ack_timeout,
@@ -73,16 +79,17 @@ void add_bootstrap_options(CLI::App &app, BootstrapOptions &o) {
     app.add_option("--batch", o.batch, "Datagrams per syscall / ring operation (0: 64)")
         ->capture_default_str();
     app.add_option("--xdp-tx", o.xdp_tx,
-                   "afxdp: send as live XDP frames (BPF_PROG_RUN) or through the AF_XDP tx ring")
+                   "af_xdp: send as live XDP frames (BPF_PROG_RUN) or through the AF_XDP tx ring")
         ->check(CLI::IsMember({"live", "ring"}))
         ->capture_default_str();
-    app.add_option("--xdp-queue", o.xdp_queue, "afxdp/roce: rx queue of the first AF_XDP socket")
+    app.add_option("--xdp-queue", o.xdp_queue, "af_xdp: rx queue of the first AF_XDP socket")
         ->capture_default_str();
     app.add_flag("--xdp-no-follow-queues", o.xdp_no_follow_queues,
-                 "afxdp/roce: no socket on the other rx queues frames for this rank arrive on "
+                 "af_xdp: no socket on the other rx queues frames for this rank arrive on "
                  "(steer them to --xdp-queue yourself, e.g. ethtool -N)");
-    app.add_flag("--no-gso", o.no_gso, "udp: no UDP_SEGMENT (one datagram per sendmsg entry)");
-    app.add_flag("--udp-gro", o.udp_gro, "udp: UDP_GRO on the socket (needs GRO on the interface)");
+    app.add_flag("--no-gso", o.no_gso, "socket: no UDP_SEGMENT (one datagram per sendmsg entry)");
+    app.add_flag("--udp-gro", o.udp_gro,
+                 "socket: UDP_GRO on the socket (needs GRO on the interface)");
     app.add_option("--window", o.window, "Slots in flight (0: min(128, job slots); roce trees: min(1024, job slots))")
         ->capture_default_str();
     app.add_option("--elems", o.elems,
@@ -137,9 +144,10 @@ int stop_signal() { return g_stop_signal; }
 CommConfig make_config(const BootstrapOptions &o) {
     CommConfig c = CommConfig::from_topology(o.topo, o.job, o.rank);
     c.wire = parse_wire(o.wire);
-    c.use_transport(o.transport, fmt::format("job {} of {}", o.job, o.topo));
-    if (c.transport != TransportKind::Verbs && !(o.verbs_device.empty() && o.publish_qpn.empty()))
-        throw std::invalid_argument("--verbs-device and --publish-qpn need --transport verbs");
+    c.use_carrier(o.carrier.empty() ? o.transport : o.carrier,
+                  fmt::format("job {} of {}", o.job, o.topo));
+    if (c.carrier != Carrier::Verbs && !(o.verbs_device.empty() && o.publish_qpn.empty()))
+        throw std::invalid_argument("--verbs-device and --publish-qpn need --carrier verbs");
     c.verbs.device = o.verbs_device;
     c.verbs.ack_timeout = o.verbs_ack_timeout;
     if (!o.publish_qpn.empty()) {

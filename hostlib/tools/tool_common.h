@@ -31,7 +31,8 @@ struct BootstrapOptions {
     std::string dtype = "int32";
     std::string op = "sum";
     std::string wire = "native";
-    std::string transport; // auto|udp|afxdp|roce|verbs; empty: roce-tree jobs roce, else auto
+    std::string carrier;   // auto|socket|af_xdp|verbs; empty: auto (the job gives the protocol)
+    std::string transport; // the older spelling of carrier: auto|udp|afxdp|af_xdp|roce|verbs
     std::string verbs_device;   // verbs: device name; empty = the one holding the rank's IP
     std::string publish_qpn;    // verbs: shell command run with the QP's number, see below
     uint8_t verbs_ack_timeout = VerbsOptions{}.ack_timeout;
@@ -54,8 +55,8 @@ void add_bootstrap_options(CLI::App &app, BootstrapOptions &o);
 std::string expand_publish_qpn(const std::string &cmd, uint32_t qpn, uint32_t rank, uint32_t job);
 
 /// CommConfig::from_topology() plus the overrides given on the command line.
-/// Throws std::invalid_argument for a transport the job cannot use (roce
-/// on a star job, udp/afxdp on a roce-tree job).
+/// Throws std::invalid_argument for a carrier the job's protocol cannot use
+/// (CommConfig::use_carrier: verbs on a star job, socket on a roce-tree job).
 CommConfig make_config(const BootstrapOptions &o);
 
 /// SIGINT, SIGTERM and SIGHUP stop the running collective instead of the

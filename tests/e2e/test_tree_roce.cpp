@@ -519,7 +519,7 @@ TEST_F(Tree124, AnInterruptedWorkerPutsTheHostsProgramBack)
     }
 }
 
-// TransportKind::Verbs end to end: each rank's RC QP is an RDMA device's
+// Carrier::Verbs end to end: each rank's RC QP is an RDMA device's
 // (fake0 in wire mode: RoCEv2 RC on the host's veth through AF_PACKET, as
 // Soft-RoCE would run it), so the device chooses the QPN, which the worker
 // publishes with `incxdp rules set-qpn`, and the UDP source port; its frames
@@ -582,7 +582,7 @@ TEST_F(Tree124Verbs, CollectivesThroughRdmaDevicesWithTheQpnsTheyAssign)
             const auto &j = res[rank];
             ASSERT_EQ(j["status"], 0) << describe(s) << ", rank " << rank << ":\n" << j["stdout"].get<std::string>();
             EXPECT_EQ(j.value("ok", false), true) << describe(s) << ", rank " << rank;
-            EXPECT_EQ(j.value("transport", ""), "verbs");
+            EXPECT_EQ(j.value("transport", ""), "roce/verbs");
             ASSERT_EQ(j["iterations"].size(), size_t(s.iters)) << j.dump();
             for (const auto &it : j["iterations"])
                 EXPECT_EQ(it.value("verify", ""), "ok") << describe(s) << ", rank " << rank;

@@ -97,5 +97,34 @@ TEST_F(AfXdpStar, MixedTransportsThenUdpAgain)
     expect_pass_programs_back();
 }
 
+// The carrier names and the old transport names, mixed per rank: each rank's
+// JSON names the pair it opened; a carrier the native protocol cannot use is
+// refused before anything is opened, saying why.
+TEST_F(AfXdpStar, CarrierNamesAndTheOpenedPair)
+{
+    const std::vector<std::vector<std::string>> flags = {
+        {"--carrier", "socket"}, {"--carrier", "af_xdp"}, {"--transport", "udp"}, {"--transport", "afxdp"}};
+    const char *opened[] = {"native/socket", "native/af_xdp", "native/socket", "native/af_xdp"};
+    reset_job();
+    auto res = on_all_workers([&](int r) {
+        std::vector<std::string> argv = {INCXDP_WORKER, "--topo", star_file(), "--job", "1", "--rank",
+                                         std::to_string(r), "--size", "1M", "--verify", "--deadline", "60", "-j"};
+        argv.insert(argv.end(), flags[r].begin(), flags[r].end());
+        return argv;
+    });
+    for (size_t r = 0; r < res.size(); r++) {
+        ASSERT_EQ(res[r].status, 0) << "rank " << r << ":\n" << res[r].out << res[r].err;
+        auto j = nlohmann::json::parse(res[r].out);
+        EXPECT_EQ(j.value("transport", ""), opened[r]) << "rank " << r;
+        EXPECT_EQ(j.value("ok", false), true) << "rank " << r;
+    }
+    auto refused = in_node("w0", {INCXDP_WORKER, "--topo", star_file(), "--rank", "0", "--carrier", "verbs"});
+    EXPECT_EQ(refused.status, 1) << refused.out << refused.err;
+    EXPECT_NE(refused.err.find("native/verbs: an RDMA device carries RoCEv2 RC connections only"),
+              std::string::npos)
+        << refused.err;
+    expect_pass_programs_back();
+}
+
 } // namespace
 } // namespace incxdp::test

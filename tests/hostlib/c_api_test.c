@@ -146,12 +146,12 @@ static void test_create_errors(void)
 	cfg = star(0);
 	cfg.verbs_device = "rxe0";
 	CHECK_STATUS(incxdp_comm_create(&cfg, &comm), INCXDP_EINVAL);
-	CHECK_MSG(incxdp_last_error(NULL), "need transport verbs");
+	CHECK_MSG(incxdp_last_error(NULL), "need carrier verbs");
 
 	cfg = star(0);
 	cfg.verbs_ack_timeout = 3;
 	CHECK_STATUS(incxdp_comm_create(&cfg, &comm), INCXDP_EINVAL);
-	CHECK_MSG(incxdp_last_error(NULL), "need transport verbs");
+	CHECK_MSG(incxdp_last_error(NULL), "need carrier verbs");
 
 	cfg = star(0);
 	cfg.window = 1u << 20; /* above the 14-bit slot index */

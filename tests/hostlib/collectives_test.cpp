@@ -272,7 +272,7 @@ TEST(Collectives, AutoFallsBackToUdpWithOneNotice) {
     for (uint32_t r = 0; r < 2; ++r) {
         CommConfig c = Ranks::star_config(r, sc.worker_ports[r], sw.port(), Wire::Native);
         c.world_size = 2;
-        ASSERT_EQ(c.transport, TransportKind::Auto); // the default
+        ASSERT_EQ(c.carrier, Carrier::Auto); // the default
         c.xdp_iface = r == 0 ? iface : "";           // rank 1: loopback, the socket without a word
         comms.push_back(std::make_unique<Communicator>(c));
     }
@@ -283,7 +283,7 @@ TEST(Collectives, AutoFallsBackToUdpWithOneNotice) {
         << err;
     EXPECT_NE(err.find("); using the UDP socket\n"), std::string::npos) << err;
     for (auto &c : comms)
-        EXPECT_EQ(c->config().transport, TransportKind::Udp);
+        EXPECT_EQ(c->config().carrier, Carrier::Socket);
     std::vector<std::vector<int32_t>> out(2, std::vector<int32_t>(1000));
     expect_no_errors(run_ranks(comms, 2, [&](uint32_t r, Communicator &c) {
         std::vector<int32_t> v(1000, int32_t(r + 1));

@@ -768,7 +768,8 @@ TEST(RoceEngine, ConfigValidation) {
     SoftRoceNet net({});
     auto make = [&](auto edit) {
         CommConfig c;
-        c.transport = TransportKind::Roce;
+        c.protocol = Protocol::Roce;
+        c.carrier = Carrier::AfXdp;
         c.world_size = 4;
         c.local_ip = "10.99.0.1";
         c.switch_ip = "10.99.0.254";
@@ -791,10 +792,10 @@ TEST(RoceEngine, ConfigValidation) {
     EXPECT_THROW(make([](CommConfig &c) { c.world_size = 65; }), std::invalid_argument);
     EXPECT_NO_THROW(make([](CommConfig &c) { c.world_size = 64; })) << "trees take up to 64 ranks";
     CommConfig d;
-    d.transport = TransportKind::Roce;
+    d.protocol = Protocol::Roce;
     EXPECT_EQ(d.effective_elems_per_packet(), 512u);
     d.mtu = 1500;
     EXPECT_EQ(d.effective_elems_per_packet(), 352u) << "(1500 - 48) / 4 rounded down to 16";
-    EXPECT_EQ(parse_transport("roce"), TransportKind::Roce);
-    EXPECT_STREQ(to_string(TransportKind::Roce), "roce");
+    EXPECT_EQ(parse_carrier("roce").protocol, Protocol::Roce);
+    EXPECT_STREQ(to_string(Protocol::Roce), "roce");
 }

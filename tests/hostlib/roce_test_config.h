@@ -39,7 +39,8 @@ inline std::string ip_of(uint32_t net_order) {
 
 inline CommConfig roce_config(const SoftConn &k, const RoceOptions &o, uint32_t r) {
     CommConfig c;
-    c.transport = TransportKind::Roce;
+    c.protocol = Protocol::Roce;
+    c.carrier = Carrier::AfXdp;
     c.rank = r;
     c.world_size = o.sw.ranks;
     c.job = kRoceTestJob;

@@ -73,7 +73,7 @@ TEST(ToolCommon, VerbsTransportIsForRoceTreeJobsAndPublishesThroughTheShell) {
     o.transport = "verbs";
     o.publish_qpn = "test {qpn} = 4660 && test {rank} = 1";
     CommConfig c = make_config(o);
-    EXPECT_EQ(c.transport, TransportKind::Verbs);
+    EXPECT_EQ(c.carrier, Carrier::Verbs);
     EXPECT_TRUE(c.roce_tree());
     ASSERT_TRUE(c.verbs.publish_qpn);
     EXPECT_NO_THROW(c.verbs.publish_qpn(0x1234));

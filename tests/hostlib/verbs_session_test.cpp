@@ -756,7 +756,7 @@ TEST_F(VerbsLoopback, ResultOfAnotherCollectiveIsAnError) {
     }
 }
 
-// ---- the Communicator on TransportKind::Verbs ----------------------------------
+// ---- the Communicator on Carrier::Verbs ----------------------------------
 
 // A one-rank job whose "switch" is the echo: every result is the packet's
 // int32 + 1, so each collective's result is known exactly, and any packet
@@ -765,7 +765,8 @@ class VerbsCommunicator : public VerbsLoopback {
   protected:
     CommConfig comm_config(EchoPeer &echo, uint32_t maxp, uint32_t *published) {
         CommConfig c;
-        c.transport = TransportKind::Verbs;
+        c.protocol = Protocol::Roce;
+        c.carrier = Carrier::Verbs;
         c.rank = 0;
         c.world_size = 1;
         c.job = 7;

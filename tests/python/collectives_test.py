@@ -64,7 +64,10 @@ def rank_main(args):
     dist.init_process_group("incxdp", init_method="file://" + args.rdv, rank=r,
                             world_size=WORLD)
     pg = dist.distributed_c10d._get_default_group()
-    check(pg.transport in ("udp", "afxdp"), f"transport {pg.transport}")
+    check(pg.protocol == "native" and pg.carrier in ("socket", "af_xdp")
+          and pg.transport == f"native/{pg.carrier}", f"transport {pg.transport}")
+    if os.environ.get("INCXDP_TRANSPORT") == "udp" or os.environ.get("INCXDP_CARRIER") == "socket":
+        check(pg.carrier == "socket", f"carrier {pg.carrier}, asked for the socket")
     n = 5000  # several packets per collective
     everyone = lambda dt: [data(q, n, dt) for q in range(WORLD)]  # noqa: E731
     for dt in (torch.float32, torch.float16, torch.bfloat16, torch.int32):

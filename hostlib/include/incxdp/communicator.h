@@ -14,9 +14,9 @@
 // the switch (the `exp` field, signed max), pipelined: chunk c's packet
 // carries the exponent of chunk c + window. Error bound in quantize.h.
 //
-// TransportKind::Roce speaks RoCEv2 to a tree of switches instead
-// (docs/ROCE.md): one packet per index of the job's sequence, go-back-N;
-// TransportKind::Verbs sends the same packets through an RDMA device.
+// Protocol::Roce speaks RoCEv2 to a tree of switches instead
+// (docs/ROCE.md): one packet per index of the job's sequence, go-back-N,
+// carried by AF_XDP frames or by an RDMA device (Carrier::Verbs).
 #pragma once
 
 #include <incxdp/reduce_op.h>
@@ -29,28 +29,56 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 
 namespace incxdp {
 
-/// How a Communicator reaches the switch (docs/HOSTLIB.md §5).
-enum class TransportKind {
-    Udp,   ///< a UDP socket (sendmmsg/recvmmsg, GSO, GRO)
-    AfXdp, ///< an AF_XDP socket on the worker's interface (root)
-    Roce,  ///< RoCEv2 frames to a roce-tree job's leaf switch, over AF_XDP (root)
-    Verbs, ///< the same RoCEv2 connection through an RDMA device's RC QP (libibverbs)
-    /// Star and native tree jobs: AfXdp where it attaches to the interface
-    /// holding local_ip, else Udp with one line on stderr saying why
-    /// (docs/HOSTLIB.md §5). Loopback addresses use Udp without a word.
-    Auto,
+/// What a worker speaks to the switch (docs/HOSTLIB.md §5). The job kind
+/// decides it (CommConfig::from_topology): star and tree jobs native,
+/// roce-tree jobs roce.
+enum class Protocol {
+    Native, ///< incxdp native or SwitchML header over UDP (CommConfig::wire)
+    Roce,   ///< RoCEv2 RC SENDs to a roce-tree job's leaf switch
 };
-/// "udp", "afxdp", "roce", "verbs", "auto"; parse throws std::invalid_argument naming the text.
-TransportKind parse_transport(const std::string &s);
-const char *to_string(TransportKind t);
 
-/// TransportKind::Roce: this rank's RC connection to its leaf switch
+/// What moves the protocol's frames. Valid pairs (the table in carrier.cpp):
+/// native over socket or af_xdp, roce over af_xdp or verbs.
+enum class Carrier {
+    /// native: AfXdp where it binds to the interface holding local_ip, else
+    /// Socket with one line on stderr saying why (loopback: Socket without a
+    /// word); roce: AfXdp.
+    Auto,
+    Socket, ///< a kernel UDP socket (sendmmsg/recvmmsg, GSO, GRO)
+    AfXdp,  ///< an AF_XDP socket on the worker's interface (root)
+    Verbs,  ///< an RDMA device's RC QP (a RoCE NIC or rxe; libibverbs)
+};
+
+/// "native", "roce"
+const char *to_string(Protocol p);
+/// "auto", "socket", "af_xdp", "verbs"
+const char *to_string(Carrier c);
+/// "native/af_xdp", "roce/verbs": the pair, for logs.
+std::string to_string(Protocol p, Carrier c);
+
+/// Empty when `c` can carry `p` (Auto always can); else why it cannot and
+/// what to use instead, for an error message.
+std::string carrier_refusal(Protocol p, Carrier c);
+
+/// A name users type for a carrier: a carrier name (auto, socket, af_xdp,
+/// verbs) or an old transport spelling (udp = socket, afxdp and xdp =
+/// af_xdp, roce = roce over af_xdp). `protocol` is set only when the name
+/// says which (roce).
+struct CarrierName {
+    std::optional<Protocol> protocol;
+    Carrier carrier = Carrier::Auto;
+};
+/// Throws std::invalid_argument naming the text and the accepted names.
+CarrierName parse_carrier(const std::string &s);
+
+/// Protocol::Roce: this rank's RC connection to its leaf switch
 /// (topo::RoceConn of the rank, docs/ROCE.md §1). The frames go from
 /// local_ip:sport to switch_ip:4791, the switch's frames to local_ip:4791.
 struct RoceConnConfig {
@@ -76,7 +104,7 @@ struct RoceConnConfig {
     std::array<uint8_t, 6> local_mac{}, switch_mac{};
 };
 
-/// TransportKind::Verbs: the RDMA device (a RoCE NIC, or rxe) that carries
+/// Carrier::Verbs: the RDMA device (a RoCE NIC, or rxe) that carries
 /// the rank's RC connection (docs/ROCE.md §6). The device runs RC itself
 /// (PSNs, AckReq, ICRC, go-back-N), chooses the UDP source port and gives
 /// the QP its number, which the switch must learn before the first packet.
@@ -116,8 +144,11 @@ struct CommConfig {
     /// SIGINT handler only has to store true (async-signal-safe) and the
     /// communicator's destructor still puts the interface's XDP program back.
     const std::atomic<bool> *stop = nullptr;
-    /// Used by Communicator(CommConfig), which replaces Auto by what it chose.
-    TransportKind transport = TransportKind::Auto;
+    /// What this rank speaks to the switch: the job's (from_topology).
+    Protocol protocol = Protocol::Native;
+    /// What carries it (use_carrier()). Communicator(CommConfig) replaces
+    /// Auto by what it opened, so config() tells.
+    Carrier carrier = Carrier::Auto;
     int socket_buffer = 8 << 20;                  ///< UDP SO_RCVBUF/SO_SNDBUF bytes
     uint32_t batch = 64;            ///< datagrams per sendmmsg/recvmmsg or ring operation
     bool udp_gso = true;            ///< UDP: UDP_SEGMENT on send
@@ -125,31 +156,33 @@ struct CommConfig {
     std::string xdp_iface;          ///< AfXdp: interface; empty = the one holding local_ip
     uint32_t xdp_queue = 0;         ///< AfXdp: rx queue of the first socket
     bool xdp_follow_queues = true;  ///< AfXdp: sockets on the other rx queues frames arrive on
-    bool xdp_tx_live_frames = true; ///< AfXdp/Roce: send as live XDP frames, not via the tx ring
-    RoceConnConfig roce;            ///< Roce/Verbs: the connection (from_topology fills it)
+    bool xdp_tx_live_frames = true; ///< AfXdp: send as live XDP frames, not via the tx ring
+    RoceConnConfig roce;            ///< Protocol::Roce: the connection (from_topology fills it)
     VerbsOptions verbs;             ///< Verbs: the device
 
     /// Fill rank, world_size, job, addresses and ports from a topology file:
     /// local = the rank's host IP and the job's worker_port, remote = the
-    /// job's switch IP, window = min(128, job slots), mtu = the topology's,
-    /// transport Auto.
-    /// For a `kind: roce-tree` job: transport Roce, local = the rank's host
+    /// job's switch IP (a tree job: the rank's leaf), window = min(128, job
+    /// slots), mtu = the topology's, protocol native, carrier Auto.
+    /// For a `kind: roce-tree` job: protocol roce, local = the rank's host
     /// IP and port 4791, remote = its leaf switch, `roce` from the job's
-    /// tree (topo::plan_tree, the rank's connection), window = min(128, pool).
+    /// tree (topo::plan_tree, the rank's connection), window = min(1024, pool).
     /// Throws std::invalid_argument naming the file and what is wrong.
     static CommConfig from_topology(const std::string &path, uint32_t job_id, uint32_t rank);
 
-    /// The one place a transport is chosen for a job from_topology() filled
-    /// this config from: `name` ("auto", "udp", "afxdp", "roce", "verbs"; empty
-    /// keeps the job's default: auto, roce for a roce-tree job). roce and
-    /// verbs need a roce-tree job, the others a star or native tree job.
-    /// Throws std::invalid_argument naming `job_desc` ("job 1 of topo.yaml").
-    void use_transport(const std::string &name, const std::string &job_desc);
+    /// The one place a carrier is chosen by name (parse_carrier(): carrier
+    /// names and the old transport spellings; empty: no change). With
+    /// `job_desc` ("job 1 of topo.yaml"), the protocol is that job's, as
+    /// from_topology() set it, and a name it cannot use is refused saying
+    /// why and what fits. Without (a config built by hand), a name that says
+    /// its protocol (roce) or a carrier only one protocol uses (socket:
+    /// native, verbs: roce) sets the protocol. Throws std::invalid_argument.
+    void use_carrier(const std::string &name, const std::string &job_desc);
 
-    /// Roce or Verbs: a rank of a roce-tree job (the RoCEv2 protocol).
-    bool roce_tree() const {
-        return transport == TransportKind::Roce || transport == TransportKind::Verbs;
-    }
+    /// A rank of a roce-tree job (the RoCEv2 protocol).
+    bool roce_tree() const { return protocol == Protocol::Roce; }
+    /// "native/af_xdp", "roce/verbs".
+    std::string transport_name() const { return to_string(protocol, carrier); }
     /// Port actually used (switch_port, or the wire's default).
     uint16_t effective_switch_port() const;
     /// Elements per data packet actually used.
@@ -207,13 +240,14 @@ struct CommInterrupted : std::runtime_error {
 
 class Communicator {
   public:
-    /// Open cfg.transport (UDP socket bound to local_ip:local_port, or an
-    /// AF_XDP socket on the interface holding local_ip; Auto: AF_XDP, else
-    /// the socket with a one-line notice on stderr, config() telling). Throws
-    /// std::invalid_argument for a bad config, std::system_error when the
-    /// socket cannot be set up.
+    /// Open cfg.carrier for cfg.protocol (a UDP socket bound to
+    /// local_ip:local_port, an AF_XDP socket on the interface holding
+    /// local_ip, or an RDMA device; Auto: see Carrier::Auto, config()
+    /// telling what was opened). Throws std::invalid_argument for a bad
+    /// config or pair, std::system_error when the carrier cannot be set up.
     explicit Communicator(CommConfig cfg);
-    /// Use a caller-provided transport (tests, AF_XDP).
+    /// Use a caller-provided transport (tests) as the carrier of cfg.protocol;
+    /// cfg.carrier must not be Verbs (the device is its own carrier).
     Communicator(CommConfig cfg, std::unique_ptr<Transport> transport);
     /// Calls close() with a deadline of at most 5 s unless it was called or
     /// a collective failed; errors are printed to stderr, never thrown.

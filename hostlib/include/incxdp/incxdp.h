@@ -87,7 +87,12 @@ typedef struct incxdp_config {
 	uint16_t switch_port;  /* 0: the wire's (0xBEF0 native, 0xBEE0 SwitchML) */
 	const char *local_ip;  /* this rank's address (bound) */
 	uint16_t local_port;   /* this rank's UDP port (the switch's worker table) */
-	const char *transport; /* "auto", "udp", "afxdp", "roce", "verbs"; NULL: auto, roce for roce-tree jobs */
+	/* The carrier: "auto", "socket", "af_xdp", "verbs", or the transport
+	 * names "udp" (socket), "afxdp" (af_xdp), "roce" (roce over af_xdp).
+	 * The topology's job decides the protocol (docs/HOSTLIB.md 5);
+	 * without a topology, "roce" and "verbs" mean RoCEv2, else native.
+	 * NULL: auto (roce-tree jobs: af_xdp). */
+	const char *transport;
 	const char *wire;      /* "native", "switchml" (SUM only); NULL: native */
 	uint32_t window;       /* slots in flight, <= the job's slot pool */
 	uint32_t elems_per_packet; /* 0: 832 native, 256 SwitchML, 512 roce (capped by mtu) */
@@ -98,8 +103,8 @@ typedef struct incxdp_config {
 	uint32_t max_retries;      /* per packet; 0: unlimited (the deadline decides) */
 	uint32_t batch;            /* datagrams per sendmmsg/recvmmsg or ring operation (64) */
 	uint32_t flags;            /* INCXDP_CFG_* */
-	const char *xdp_iface;     /* afxdp/roce: interface; NULL: the one holding local_ip */
-	uint32_t xdp_queue;        /* afxdp/roce: rx queue of the first socket */
+	const char *xdp_iface;     /* af_xdp: interface; NULL: the one holding local_ip */
+	uint32_t xdp_queue;        /* af_xdp: rx queue of the first socket */
 	const char *verbs_device;  /* verbs: "mlx5_0", "rxe0"; NULL: the one whose GID is local_ip */
 	uint32_t verbs_ack_timeout; /* verbs: local ACK timeout 4.096 us * 2^t, <= 31; 0: 14 */
 	/*
@@ -157,8 +162,8 @@ const char *incxdp_last_error(const incxdp_comm_t *comm) INCXDP_NOEXCEPT;
 void incxdp_config_init(incxdp_config_t *cfg) INCXDP_NOEXCEPT;
 
 /*
- * Validate cfg, open the transport (udp: bind local_ip:local_port; afxdp and
- * roce need root) and store the communicator in *out (NULL on failure).
+ * Validate cfg, open the carrier (socket: bind local_ip:local_port; af_xdp
+ * needs root) and store the communicator in *out (NULL on failure).
  * Unknown topology files, jobs and ranks are INCXDP_EINVAL naming the file.
  */
 incxdp_status_t incxdp_comm_create(const incxdp_config_t *cfg, incxdp_comm_t **out) INCXDP_NOEXCEPT;

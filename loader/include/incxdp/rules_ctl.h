@@ -117,7 +117,7 @@ struct QpnSet {
 };
 /// Tells the leaf switch of rank `rank` of roce-tree job `job` which QPN
 /// the rank's host has: the destination QPN of the switch's frames to it.
-/// A host whose RC QP is a device's (TransportKind::Verbs) learns its QPN
+/// A host whose RC QP is a device's (Carrier::Verbs) learns its QPN
 /// only when it creates the QP, so its control plane calls this after
 /// `rules apply` and before the host's first packet (the connection's
 /// receive state is rewritten with it, so not during traffic). It also

@@ -18,21 +18,27 @@ PYBIND11_MODULE(_C, m) {
     // torch.distributed treats this like any other process group.
     py::class_<ProcessGroupIncxdp, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupIncxdp>>(
         m, "ProcessGroupIncxdp")
+        // What the communicator opened: "native/socket", "roce/af_xdp".
         .def_property_readonly(
-            "transport",
-            [](const ProcessGroupIncxdp &pg) { return incxdp::to_string(pg.config().transport); })
+            "transport", [](const ProcessGroupIncxdp &pg) { return pg.config().transport_name(); })
+        .def_property_readonly(
+            "protocol",
+            [](const ProcessGroupIncxdp &pg) { return incxdp::to_string(pg.config().protocol); })
+        .def_property_readonly(
+            "carrier",
+            [](const ProcessGroupIncxdp &pg) { return incxdp::to_string(pg.config().carrier); })
         .def_property_readonly("job", [](const ProcessGroupIncxdp &pg) { return pg.config().job; });
     // The store barrier in the constructor blocks: let other Python threads run.
     m.def(
         "create_process_group",
         [](const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
            std::chrono::milliseconds timeout, std::string topology, uint32_t job,
-           std::string transport) {
-            BackendOptions o{std::move(topology), job, std::move(transport)};
+           std::string transport, std::string carrier) {
+            BackendOptions o{std::move(topology), job, std::move(transport), std::move(carrier)};
             return c10::make_intrusive<ProcessGroupIncxdp>(store, rank, size, std::move(o),
                                                            timeout);
         },
         py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
         py::arg("topology") = "", py::arg("job") = 0, py::arg("transport") = "",
-        py::call_guard<py::gil_scoped_release>());
+        py::arg("carrier") = "", py::call_guard<py::gil_scoped_release>());
 }

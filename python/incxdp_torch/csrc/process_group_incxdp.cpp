@@ -155,8 +155,11 @@ BackendOptions resolve(BackendOptions o) {
             TORCH_CHECK(false, "incxdp: INCXDP_JOB=", j, " is not a job id");
         }
     }
-    if (o.transport.empty())
+    // set_options() wins over the environment.
+    if (o.transport.empty() && o.carrier.empty()) {
         o.transport = env_or("INCXDP_TRANSPORT", "");
+        o.carrier = env_or("INCXDP_CARRIER", "");
+    }
     TORCH_CHECK(!o.topology.empty(), "incxdp: no topology file: set INCXDP_TOPOLOGY or "
                                      "incxdp_torch.set_options(topology=...)");
     return o;
@@ -199,25 +202,20 @@ ProcessGroupIncxdp::ProcessGroupIncxdp(const c10::intrusive_ptr<c10d::Store> &st
     }
     TORCH_CHECK(cfg.world_size == uint32_t(size), "incxdp: job ", opts.job, " of ", opts.topology,
                 " has ", cfg.world_size, " workers, but torch.distributed runs ", size, " ranks");
-    if (!opts.transport.empty()) {
-        TransportKind t;
-        try {
-            t = parse_transport(opts.transport);
-        } catch (const std::exception &e) {
-            TORCH_CHECK(false, "incxdp: INCXDP_TRANSPORT: ", e.what());
-        }
-        bool roce = t == TransportKind::Roce || t == TransportKind::Verbs;
-        TORCH_CHECK(roce == cfg.roce_tree(), "incxdp: transport ", opts.transport,
-                    " does not fit job ", opts.job, " of ", opts.topology, " (a ",
-                    cfg.roce_tree() ? "roce-tree job: roce or verbs" : "star job: udp or afxdp",
-                    ")");
-        cfg.transport = t;
+    TORCH_CHECK(opts.carrier.empty() || opts.transport.empty() || opts.carrier == opts.transport,
+                "incxdp: carrier ", opts.carrier, " and transport ", opts.transport,
+                " both given: set only the carrier (INCXDP_CARRIER)");
+    try {
+        cfg.use_carrier(opts.carrier.empty() ? opts.transport : opts.carrier,
+                        "job " + std::to_string(opts.job) + " of " + opts.topology);
+    } catch (const std::exception &e) {
+        TORCH_CHECK(false, "incxdp: rank ", rank, ": ", e.what());
     }
     try {
         comm_ = std::make_unique<Communicator>(cfg);
     } catch (const std::exception &e) {
-        TORCH_CHECK(false, "incxdp: rank ", rank, " of job ", opts.job, " (", opts.topology,
-                    ", transport ", to_string(cfg.transport), "): ", e.what());
+        TORCH_CHECK(false, "incxdp: rank ", rank, " of job ", opts.job, " (", opts.topology, ", ",
+                    cfg.transport_name(), "): ", e.what());
     }
     // Every rank's socket must be open before anyone's first packet: the
     // switch multicasts results, and one sent to an unbound port is only

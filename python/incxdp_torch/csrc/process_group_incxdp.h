@@ -27,11 +27,13 @@ namespace incxdp::torch_backend {
 
 /// Where a process group's Communicator comes from. Empty/zero fields are
 /// taken from the environment: INCXDP_TOPOLOGY, INCXDP_JOB (default 1),
-/// INCXDP_TRANSPORT (star jobs: "udp" default, or "afxdp").
+/// INCXDP_CARRIER ("auto", "socket", "af_xdp", "verbs"; the job gives the
+/// protocol) or its older name INCXDP_TRANSPORT ("udp", "afxdp", "roce", ...).
 struct BackendOptions {
     std::string topology;
     uint32_t job = 0;
-    std::string transport;
+    std::string transport; ///< the older name of carrier
+    std::string carrier;
 };
 
 /// A queued collective: completes its torch future with the output tensors.

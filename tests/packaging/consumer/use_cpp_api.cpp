@@ -19,7 +19,7 @@ int main() {
         return 1;
     } catch (const std::invalid_argument &e) {
         std::printf("incxdp %s C++ API: %s; transport %s\n", incxdp_version(), e.what(),
-                    incxdp::to_string(cfg.transport));
+                    cfg.transport_name().c_str());
     }
     return 0;
 }
