@@ -7,6 +7,9 @@
  * stack's UDP socket. Frames for another node are readdressed for the link
  * to the route's next hop and redirected out of its interface, hop count
  * +1, without leaving the kernel. Everything else passes to the stack.
+ *
+ * The local endpoint also sends through it: live-frame runs from loopback
+ * (bpf/lib/xsk_tx.h) leave by the interface each frame names.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -16,6 +19,7 @@
 #include "relay.h"
 #include "smi_maps.h"
 #include "prologue.h"
+#include "xsk_tx.h"
 
 static __always_inline int relay(struct xdp_md *ctx, __u64 len)
 {
@@ -48,9 +52,16 @@ static __always_inline int relay(struct xdp_md *ctx, __u64 len)
 SEC("xdp")
 int incxdp_relay(struct xdp_md *ctx)
 {
+	enum xsk_tx_outcome out;
 	int v, pulled;
 	__u64 len;
 
+	if (xsk_tx_is_run(ctx)) {
+		v = xsk_tx_send(ctx, 0, &out);
+		return relay_count(out == XSK_TX_SENT ? INCXDP_RELAY_STAT_SENT
+						      : INCXDP_RELAY_STAT_TX_BAD,
+				   v);
+	}
 	v = frame_prologue(ctx, &len, &pulled);
 	if (v != CHAOS_XDP_CONTINUE)
 		return relay_count(INCXDP_RELAY_STAT_CHAOS, v);

@@ -10,17 +10,14 @@
  * passes, so the program may stay attached.
  *
  * The same program sends: the transport runs it with BPF_PROG_RUN and
- * BPF_F_TEST_XDP_LIVE_FRAMES, where its frames come from the namespace's
- * loopback device (ifindex 1, which never runs it otherwise). Each such run
- * takes the next frame the host wrote into incxdp_tx_frames (mmapped) and
- * redirects it out of the worker's interface as an xdp_frame. On veth that
- * frame reaches the switch's XDP program without an skb (an AF_XDP
- * copy-mode or UDP send builds an skb that veth must copy again into a page
- * for XDP), and the kernel flushes the redirects once per batch of runs.
- * One program for both, because BPF_PROG_RUN of an XDP program that is not
- * attached anywhere adds it to and removes it from the kernel's XDP
- * dispatcher on every call (a synchronize_rcu() each, under a global
- * mutex); an attached program is already there (docs/PERF.md).
+ * BPF_F_TEST_XDP_LIVE_FRAMES (bpf/lib/xsk_tx.h), each run redirecting the
+ * next frame the host wrote into incxdp_tx_frames out of the worker's
+ * interface as an xdp_frame. On veth that frame reaches the switch's XDP
+ * program without an skb (an AF_XDP copy-mode or UDP send builds an skb
+ * that veth must copy again into a page for XDP), and the kernel flushes
+ * the redirects once per batch of runs. One program for both: it is
+ * attached, so a run does not add it to the kernel's XDP dispatcher
+ * (docs/PERF.md).
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -29,17 +26,7 @@
 #include "incxdp/xsk.h"
 #include "parse.h"
 #include "prologue.h"
-
-#define LOOPBACK_IFINDEX 1
-/*
- * incxdp_tx_frames entries: a __u32 frame length (host order) at offset 0,
- * the frame at offset 4. The user side takes the sizes from the map.
- * 3520 B bounds a slot (4096 - XDP_PACKET_HEADROOM - skb_shared_info); a
- * live frame also holds the kernel's xdp_page_head, which leaves ~3408 B:
- * the transport probes its largest frame when it starts.
- */
-#define INCXDP_XSK_TX_SLOTS 512
-#define INCXDP_XSK_TX_FRAME_MAX 3520
+#include "xsk_tx.h"
 
 /* Set before load (network byte order): the worker's address and UDP port. */
 const volatile __u32 xsk_local_ip = 0;
@@ -47,26 +34,10 @@ const volatile __u16 xsk_local_port = 0;
 /* Set before load: the interface sent frames leave by. */
 const volatile __u32 xsk_tx_ifindex = 0;
 
-/* Index of the next frame to send; the host sets it per batch. */
-__u32 xsk_tx_next = 0;
-
 /* Frames for the worker on a queue without a socket, by queue, and their
  * total, which the transport polls (incxdp/xsk.h). */
 __u64 xsk_missed[INCXDP_XSK_MAX_QUEUES] = {};
 __u64 xsk_missed_total = 0;
-
-struct tx_frame {
-	__u32 len;
-	__u8 data[INCXDP_XSK_TX_FRAME_MAX];
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__uint(max_entries, INCXDP_XSK_TX_SLOTS);
-	__type(key, __u32);
-	__type(value, struct tx_frame);
-} incxdp_tx_frames SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_XSKMAP);
@@ -119,29 +90,12 @@ static __always_inline int xsk_steer(struct xdp_md *ctx)
 	return count(INCXDP_XSK_NO_SOCKET, verdict);
 }
 
-/*
- * One run per frame: the run's frame (the template passed to BPF_PROG_RUN,
- * reset by the kernel before every run) is grown or cut to the queued
- * frame's length and overwritten with it.
- */
 static __always_inline int xsk_send(struct xdp_md *ctx)
 {
-	__u32 i = xsk_tx_next++ % INCXDP_XSK_TX_SLOTS;
-	struct tx_frame *f = bpf_map_lookup_elem(&incxdp_tx_frames, &i);
-	__u32 len;
-	int have;
+	enum xsk_tx_outcome out;
+	int v = xsk_tx_send(ctx, xsk_tx_ifindex, &out);
 
-	if (!f)
-		return count(INCXDP_XSK_TX_BAD, XDP_DROP);
-	len = f->len;
-	if (len < ETH_HLEN || len > INCXDP_XSK_TX_FRAME_MAX)
-		return count(INCXDP_XSK_TX_BAD, XDP_DROP);
-	have = (int)bpf_xdp_get_buff_len(ctx);
-	if (bpf_xdp_adjust_tail(ctx, (int)len - have))
-		return count(INCXDP_XSK_TX_BAD, XDP_DROP);
-	if (bpf_xdp_store_bytes(ctx, 0, f->data, len))
-		return count(INCXDP_XSK_TX_BAD, XDP_DROP);
-	return count(INCXDP_XSK_SENT, bpf_redirect(xsk_tx_ifindex, 0));
+	return count(out == XSK_TX_SENT ? INCXDP_XSK_SENT : INCXDP_XSK_TX_BAD, v);
 }
 
 /* Loaded as xdp.frags in driver mode (xdp_frags.h): it then attaches on
@@ -156,7 +110,7 @@ int incxdp_xsk(struct xdp_md *ctx)
 	int v, pulled;
 	__u64 len;
 
-	if (ctx->ingress_ifindex == LOOPBACK_IFINDEX)
+	if (xsk_tx_is_run(ctx))
 		return xsk_send(ctx);
 	v = frame_prologue(ctx, &len, &pulled);
 	if (pulled)

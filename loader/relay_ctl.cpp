@@ -67,6 +67,10 @@ constexpr const char *name_of(incxdp_relay_stat s) {
         return "redirect_fail";
     case INCXDP_RELAY_STAT_CHAOS:
         return "chaos";
+    case INCXDP_RELAY_STAT_SENT:
+        return "sent";
+    case INCXDP_RELAY_STAT_TX_BAD:
+        return "tx_bad";
     case INCXDP_RELAY_STAT_MAX:
         break;
     }

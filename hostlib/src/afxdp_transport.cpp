@@ -9,6 +9,7 @@
 
 #include "frame.h"
 #include "incxdp_xsk.skel.h"
+#include "xsk_live_tx.h"
 #include "xsk_queue_socket.h"
 #include <incxdp/capture.h>
 #include <incxdp/chaos.h>
@@ -185,7 +186,7 @@ class AfXdpTransport final : public Transport {
     ~AfXdpTransport() override { teardown(); }
 
     size_t send_batch(std::span<const std::span<const std::byte>> pkts) override {
-        if (live_mem_)
+        if (live_)
             return send_live(pkts);
         reap_completions();
         uint32_t want = uint32_t(std::min({pkts.size(), tx_free_.available(), cfg_.batch}));
@@ -231,15 +232,7 @@ class AfXdpTransport final : public Transport {
 
     size_t recv_batch(std::span<const std::span<std::byte>> bufs,
                       std::span<size_t> sizes) override {
-        size_t n = std::min(bufs.size(), sizes.size());
-        tmp_views_.resize(n);
-        n = recv_views(std::span(tmp_views_).first(n), 0);
-        for (size_t i = 0; i < n; ++i) {
-            sizes[i] = tmp_views_[i].size();
-            std::memcpy(bufs[i].data(), tmp_views_[i].data(),
-                        std::min(tmp_views_[i].size(), bufs[i].size()));
-        }
-        return n;
+        return recv_batch_from_views(bufs, sizes);
     }
 
     void wait(std::chrono::nanoseconds timeout, bool want_send) override {
@@ -252,11 +245,11 @@ class AfXdpTransport final : public Transport {
         timespec ts{time_t(ns / 1000000000), long(ns % 1000000000)};
         if (::ppoll(polls_.data(), polls_.size(), &ts, nullptr) < 0 && errno != EINTR)
             fail(errno, fmt::format("{}: ppoll", describe_));
-        if (want_send && !live_mem_)
+        if (want_send && !live_)
             kick_tx();
     }
 
-    bool frames_grow_at_switch() const override { return live_mem_ != nullptr; }
+    bool frames_grow_at_switch() const override { return live_ != nullptr; }
 
     // In every error and timeout message: with follow_queues off, frames for
     // us on queues without a socket are the likely reason for a stall.
@@ -301,78 +294,31 @@ class AfXdpTransport final : public Transport {
         return kFrameHdrLen + len;
     }
 
-    // Frames into the mmapped incxdp_tx_frames slots, then one BPF_PROG_RUN
-    // of incxdp_xsk (attached, see incxdp_xsk.bpf.c) that redirects each of
-    // them out of the interface.
+    // Frames into incxdp_tx_frames, then one BPF_PROG_RUN of incxdp_xsk
+    // (attached, see incxdp_xsk.bpf.c) that redirects each of them out of
+    // the interface (xsk_live_tx.h).
     size_t send_live(std::span<const std::span<const std::byte>> pkts) {
-        size_t n = std::min({pkts.size(), size_t(live_slots_), std::max<size_t>(cfg_.batch, 1)});
-        for (size_t i = 0; i < n; ++i) {
-            std::byte *e = live_mem_ + size_t((live_next_ + i) % live_slots_) * live_elem_;
-            uint32_t frame_len = uint32_t(put_frame(e + 4, pkts[i]));
-            std::memcpy(e, &frame_len, 4); // the map value: __u32 length, then the frame
-        }
-        if (n == 0)
-            return 0;
-        skel_->bss->xsk_tx_next = live_next_;
-        if (int err = run_live(n)) {
-            if (err == -EINTR || err == -EAGAIN || err == -ENOMEM)
-                return 0; // the caller retries after wait()
-            fail(-err, fmt::format("{}: BPF_PROG_RUN incxdp_xsk (live frames)", describe_));
-        }
-        live_next_ = uint32_t((live_next_ + n) % live_slots_);
-        return n;
+        const size_t n = live_->capacity(std::min(pkts.size(), std::max<size_t>(cfg_.batch, 1)));
+        for (size_t i = 0; i < n; ++i)
+            live_->set(i, uint32_t(put_frame(live_->data(i), pkts[i])), 0);
+        return live_->run(n) == 0 ? n : 0; // else the caller retries after wait()
     }
 
-    // Map incxdp_tx_frames and check that our largest frame fits a live
-    // frame.
+    // The live-frame sender, and a probe of our largest frame.
     void setup_live(uint32_t mtu) {
-        bpf_map *m = skel_->maps.incxdp_tx_frames;
-        uint32_t value = bpf_map__value_size(m);
-        live_slots_ = bpf_map__max_entries(m);
-        live_elem_ = (size_t(value) + 7) & ~size_t(7); // array elements are 8-byte aligned
-        size_t page = size_t(sysconf(_SC_PAGESIZE));
-        live_map_size_ = (live_elem_ * live_slots_ + page - 1) / page * page;
-        void *mem =
-            mmap(nullptr, live_map_size_, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(m), 0);
-        if (mem == MAP_FAILED)
-            fail(errno, fmt::format("{}: mmap incxdp_tx_frames", describe_));
-        live_mem_ = static_cast<std::byte *>(mem);
-        // A live frame lives in one page after XDP_PACKET_HEADROOM, the
-        // kernel's xdp_page_head and skb_shared_info: ~3408 B on x86-64 (6.x).
-        size_t max_frame = kFrameHdrLen + cfg_.max_payload;
-        if (max_frame > value - 4 || (mtu && max_frame > mtu + 14))
+        live_ = std::make_unique<detail::LiveTx>(bpf_program__fd(skel_->progs.incxdp_xsk),
+                                                 bpf_map__fd(skel_->maps.incxdp_tx_frames),
+                                                 describe_);
+        const size_t max_frame = kFrameHdrLen + cfg_.max_payload;
+        if (max_frame > live_->slot_bytes() || (mtu && max_frame > mtu + 14))
             throw std::invalid_argument(
                 fmt::format("{}: {} B frames exceed the live-frame slots ({} B) or the MTU; "
                             "use the tx ring",
-                            describe_, max_frame, value - 4));
-        // Probe once with a template of the largest frame: too long for a
-        // page fails here with EINVAL rather than dropping every frame later
-        // (the probe's slot has length 0, so incxdp_xsk drops it).
-        live_template_.assign(max_frame, std::byte{0});
-        tmpl_->write(live_template_.data(), max_frame - kFrameHdrLen);
-        uint32_t zero = 0;
-        std::memcpy(live_mem_, &zero, 4);
-        skel_->bss->xsk_tx_next = 0;
-        if (int err = run_live(1))
+                            describe_, max_frame, live_->slot_bytes()));
+        if (int err = live_->try_probe(max_frame))
             fail(-err, fmt::format("{}: BPF_PROG_RUN live frames of {} B{}", describe_, max_frame,
                                    err == -EINVAL ? " (longer than fits one page?); use the tx ring"
                                                   : ""));
-        live_next_ = 1;
-        // Runs start from the headers alone: the kernel copies the template
-        // into every fresh page of its page pool, and incxdp_xsk grows the
-        // frame to each packet's length anyway.
-        live_template_.resize(kFrameHdrLen);
-    }
-
-    int run_live(size_t n) {
-        bpf_test_run_opts o{};
-        o.sz = sizeof(o);
-        o.data_in = live_template_.data();
-        o.data_size_in = uint32_t(live_template_.size());
-        o.repeat = int(n);
-        o.flags = BPF_F_TEST_XDP_LIVE_FRAMES;
-        o.batch_size = uint32_t(std::min<size_t>(n, 256));
-        return bpf_prog_test_run_opts(bpf_program__fd(skel_->progs.incxdp_xsk), &o);
     }
 
     void setup() {
@@ -542,9 +488,7 @@ class AfXdpTransport final : public Transport {
 
     void teardown() {
         detach();
-        if (live_mem_)
-            munmap(live_mem_, live_map_size_);
-        live_mem_ = nullptr;
+        live_.reset(); // borrows the program and map of skel_
         socks_.clear(); // a socket leaves incxdp_xsks when it closes
         if (skel_)
             incxdp_xsk__destroy(skel_);
@@ -564,7 +508,7 @@ class AfXdpTransport final : public Transport {
     xsk_ring_prod &tx() { return socks_.front()->tx(); }
 
     void reap_completions() {
-        if (live_mem_)
+        if (live_)
             return;
         xsk_ring_cons &comp = socks_.front()->comp();
         uint32_t idx = 0;
@@ -615,14 +559,9 @@ class AfXdpTransport final : public Transport {
     int old_fd_ = -1;
     bool attached_ = false;
 
-    // Live-frame sending (tx_live_frames).
-    std::byte *live_mem_ = nullptr; ///< incxdp_tx_frames, mmapped
-    size_t live_map_size_ = 0, live_elem_ = 0;
-    uint32_t live_slots_ = 0, live_next_ = 0;
-    std::vector<std::byte> live_template_;
+    std::unique_ptr<detail::LiveTx> live_; ///< live-frame sending (tx_live_frames)
 
     std::vector<std::span<const std::byte>> frames_; ///< the last receive's, all sockets
-    std::vector<std::span<const std::byte>> tmp_views_;
 };
 
 } // namespace

@@ -1,20 +1,18 @@
 // SPDX-License-Identifier: BSD-2-Clause
 #include "mesh_link.h"
-#include "xsk_queue_socket.h"
+#include "frame.h"
 
 #include <incxdp/relay.h>
+#include <incxdp/transport.h>
+#include <incxdp/util/fd.h>
 
 #include <bpf/bpf.h>
 #include <fmt/format.h>
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
-#include <linux/ethtool.h>
-#include <linux/sockios.h>
 #include <net/if.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -45,6 +43,8 @@ constexpr size_t kRxBuf = 9216 + 64; // the largest MTU the topologies take, wit
 constexpr uint32_t kXskFrameSize = 4096;
 constexpr uint32_t kXskRxFrames = 512;
 constexpr unsigned kUdpEvery = 32;
+constexpr size_t kEthIpUdp = 14 + 20 + 8;
+constexpr size_t kTxSlot = 4096; // a frame being built for the AF_XDP transport
 
 std::string ip_string(uint32_t be) {
     char buf[INET_ADDRSTRLEN] = {};
@@ -61,24 +61,6 @@ uint32_t iface_mtu(uint32_t ifindex, std::string *name_out) {
     uint32_t mtu = 0;
     f >> mtu;
     return mtu;
-}
-
-// rx queues of an interface of this namespace (ethtool: sysfs shows the
-// namespace it was mounted in), at least 1.
-uint32_t rx_queues(const char *ifname) {
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return 1;
-    ethtool_channels ch{};
-    ch.cmd = ETHTOOL_GCHANNELS;
-    ifreq ifr{};
-    std::snprintf(ifr.ifr_name, IFNAMSIZ, "%s", ifname);
-    ifr.ifr_data = reinterpret_cast<char *>(&ch);
-    uint32_t n = 1;
-    if (ioctl(fd, SIOCETHTOOL, &ifr) == 0)
-        n = std::max<uint32_t>(1, std::max(ch.rx_count, ch.combined_count));
-    ::close(fd);
-    return n;
 }
 
 // The relay header of a frame for `self` and its payload; false for
@@ -110,17 +92,7 @@ bool parse_eth_frame(std::span<const std::byte> f, uint32_t self, InFrame &out) 
     return parse_relay(p + off, f.size() - off, self, out);
 }
 
-struct Fd {
-    int fd = -1;
-    Fd() = default;
-    explicit Fd(int f) : fd(f) {}
-    Fd(const Fd &) = delete;
-    Fd &operator=(const Fd &) = delete;
-    ~Fd() {
-        if (fd >= 0)
-            ::close(fd);
-    }
-};
+using util::Fd;
 
 class UdpLink final : public Link {
   public:
@@ -128,36 +100,36 @@ class UdpLink final : public Link {
             const std::string &xdp_who = "")
         : pin_dir_(pin_dir), fixed_self_(self_node) {
         std::string routes = pin_dir + "/" INCXDP_MAP_RELAY_ROUTES;
-        routes_.fd = bpf_obj_get(routes.c_str());
-        if (routes_.fd < 0)
+        routes_.reset(bpf_obj_get(routes.c_str()));
+        if (!routes_)
             throw std::runtime_error(fmt::format(
                 "mesh: cannot open the route map {}: {} (no relay on this node with pin dir {}: "
                 "`incxdp mesh run` or `incxdp smi run` attaches it)",
                 routes, strerror(errno), pin_dir));
         std::string cfg = pin_dir + "/" INCXDP_MAP_RELAY_CFG;
-        cfg_.fd = bpf_obj_get(cfg.c_str());
+        cfg_.reset(bpf_obj_get(cfg.c_str()));
         addrs_ = local_addresses();
         self_ = fixed_self_ ? *fixed_self_ : node_id_of(addrs_);
         read_cfg();
 
-        sock_.fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (sock_.fd < 0)
+        sock_.reset(socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+        if (!sock_)
             throw std::runtime_error(fmt::format("mesh: socket(): {}", strerror(errno)));
         int one = 1, buf = 8 << 20;
-        setsockopt(sock_.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        setsockopt(sock_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
         // Root may go past net.core.[rw]mem_max; a window of segments must fit.
-        if (setsockopt(sock_.fd, SOL_SOCKET, SO_RCVBUFFORCE, &buf, sizeof buf) != 0)
-            setsockopt(sock_.fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
-        if (setsockopt(sock_.fd, SOL_SOCKET, SO_SNDBUFFORCE, &buf, sizeof buf) != 0)
-            setsockopt(sock_.fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
+        if (setsockopt(sock_.get(), SOL_SOCKET, SO_RCVBUFFORCE, &buf, sizeof buf) != 0)
+            setsockopt(sock_.get(), SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+        if (setsockopt(sock_.get(), SOL_SOCKET, SO_SNDBUFFORCE, &buf, sizeof buf) != 0)
+            setsockopt(sock_.get(), SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
         // DF and no fragments: the relay forwards whole frames only.
         int pmtu = IP_PMTUDISC_PROBE;
-        setsockopt(sock_.fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
+        setsockopt(sock_.get(), IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
         sockaddr_in sa{};
         sa.sin_family = AF_INET;
         sa.sin_port = htons(INCXDP_RELAY_UDP_PORT);
         sa.sin_addr.s_addr = htonl(INADDR_ANY);
-        if (bind(sock_.fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa) != 0)
+        if (bind(sock_.get(), reinterpret_cast<sockaddr *>(&sa), sizeof sa) != 0)
             throw std::runtime_error(
                 fmt::format("mesh: bind UDP port {}: {} (one endpoint per node)",
                             INCXDP_RELAY_UDP_PORT, strerror(errno)));
@@ -176,26 +148,104 @@ class UdpLink final : public Link {
     ~UdpLink() override { close_xsks(); }
 
     std::vector<int> poll_fds() const override {
-        std::vector<int> fds;
-        for (const XskIface &xi : xsk_ifaces_)
-            for (const auto &q : xi.queues)
-                fds.push_back(q->fd());
-        fds.push_back(sock_.fd);
+        std::vector<int> fds = xsk_ ? xsk_->poll_fds() : std::vector<int>{};
+        fds.push_back(sock_.get());
         return fds;
     }
 
     std::string delivery() const override {
-        if (xsk_ifaces_.empty())
+        if (!xsk_)
             return "udp";
-        return xsk_ifaces_.front().queues.front()->zero_copy() ? "af_xdp zero-copy" : "af_xdp copy";
+        return fmt::format("af_xdp, sending {} ({})", xsk_->max_frame() ? "af_xdp" : "udp",
+                           xsk_->describe());
     }
 
     uint32_t self_node() const override { return self_; }
     std::vector<uint32_t> addresses() const override { return addrs_; }
     bool relay_enabled() const override { return relay_enabled_; }
-    int poll_fd() const override { return sock_.fd; }
+    int poll_fd() const override { return sock_.get(); }
 
+    // Frames that fit a live frame leave through the AF_XDP transport (no
+    // kernel stack: the relay's next hop straight into the link), the others
+    // through the UDP socket, in order.
     size_t send(std::span<const OutFrame> frames) override {
+        size_t done = 0;
+        while (done < frames.size()) {
+            const bool xdp = by_xdp(frames[done]);
+            size_t end = done + 1;
+            while (end < frames.size() && by_xdp(frames[end]) == xdp)
+                end++;
+            const auto run = frames.subspan(done, end - done);
+            const size_t n = xdp ? send_xdp(run) : send_udp(run);
+            done += n;
+            if (n < run.size())
+                break;
+        }
+        return done;
+    }
+
+    bool by_xdp(const OutFrame &f) const {
+        return xsk_max_frame_ &&
+               kEthIpUdp + sizeof(incxdp_relay_hdr) + f.head_len + f.body_len <= xsk_max_frame_;
+    }
+
+    // Each frame built whole for its first hop (the addresses the relay
+    // would write when forwarding it), then handed to the transport.
+    size_t send_xdp(std::span<const OutFrame> frames) {
+        size_t done = 0;
+        while (done < frames.size()) {
+            const size_t n = std::min(kBatch, frames.size() - done);
+            tx_.clear();
+            size_t skipped_at_front = 0;
+            for (size_t i = 0; i < n; i++) {
+                const OutFrame &f = frames[done + i];
+                Route *r = route(f.dst_node, false);
+                if (!r || r->r.nnexthops == 0) {
+                    if (tx_.empty()) {
+                        skipped_at_front++; // unroutable: dropped, as a relay would
+                        continue;
+                    }
+                    break;
+                }
+                const uint32_t which = f.path % r->r.nnexthops;
+                std::byte *p = txbuf_.data() + tx_.size() * kTxSlot;
+                const size_t payload = sizeof(incxdp_relay_hdr) + f.head_len + f.body_len;
+                r->tmpl[which]->write(p, payload);
+                const incxdp_relay_hdr rh = relay_hdr(f, r->r.hops);
+                std::memcpy(p + kEthIpUdp, &rh, sizeof rh);
+                if (f.head_len)
+                    std::memcpy(p + kEthIpUdp + sizeof rh, f.head, f.head_len);
+                if (f.body_len)
+                    std::memcpy(p + kEthIpUdp + sizeof rh + f.head_len, f.body, f.body_len);
+                tx_.push_back(
+                    {std::span<const std::byte>(p, kEthIpUdp + payload), r->r.nh[which].ifindex});
+            }
+            done += skipped_at_front;
+            if (tx_.empty())
+                continue;
+            const size_t sent = xsk_->send_frames(tx_);
+            done += sent;
+            if (sent < tx_.size())
+                return done;
+        }
+        return done;
+    }
+
+    incxdp_relay_hdr relay_hdr(const OutFrame &f, uint32_t hops) const {
+        incxdp_relay_hdr rh{};
+        rh.magic = htons(INCXDP_RELAY_MAGIC);
+        rh.version = INCXDP_RELAY_VERSION;
+        rh.kind = f.kind;
+        rh.total_hops = static_cast<uint8_t>(hops);
+        rh.path = f.path;
+        rh.src_node = htonl(self_);
+        rh.dst_node = htonl(f.dst_node);
+        rh.session = htonl(f.session);
+        rh.payload_len = htonl(static_cast<uint32_t>(f.head_len + f.body_len));
+        return rh;
+    }
+
+    size_t send_udp(std::span<const OutFrame> frames) {
         size_t done = 0;
         while (done < frames.size()) {
             size_t n = std::min(kBatch, frames.size() - done);
@@ -215,16 +265,7 @@ class UdpLink final : public Link {
                     break; // keep order: send what precedes it first
                 }
                 const auto &nh = r->r.nh[f.path % r->r.nnexthops];
-                rh[used] = {};
-                rh[used].magic = htons(INCXDP_RELAY_MAGIC);
-                rh[used].version = INCXDP_RELAY_VERSION;
-                rh[used].kind = f.kind;
-                rh[used].total_hops = static_cast<uint8_t>(r->r.hops);
-                rh[used].path = f.path;
-                rh[used].src_node = htonl(self_);
-                rh[used].dst_node = htonl(f.dst_node);
-                rh[used].session = htonl(f.session);
-                rh[used].payload_len = htonl(static_cast<uint32_t>(f.head_len + f.body_len));
+                rh[used] = relay_hdr(f, r->r.hops);
                 to[used] = {};
                 to[used].sin_family = AF_INET;
                 to[used].sin_port = htons(INCXDP_RELAY_UDP_PORT);
@@ -241,7 +282,7 @@ class UdpLink final : public Link {
             done += skipped_at_front;
             if (used == 0)
                 continue;
-            int rc = sendmmsg(sock_.fd, msgs, static_cast<unsigned>(used), 0);
+            int rc = sendmmsg(sock_.get(), msgs, static_cast<unsigned>(used), 0);
             if (rc < 0) {
                 if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)
                     return done;
@@ -259,7 +300,7 @@ class UdpLink final : public Link {
 
     size_t recv(std::span<InFrame> out) override {
         size_t got = 0;
-        if (!xsk_ifaces_.empty()) {
+        if (xsk_) {
             got = recv_xsk(out);
             if (got > 0 || ++udp_turn_ % kUdpEvery != 0)
                 return got;
@@ -276,7 +317,7 @@ class UdpLink final : public Link {
             msgs[i].msg_hdr.msg_iov = &iov[i];
             msgs[i].msg_hdr.msg_iovlen = 1;
         }
-        int rc = recvmmsg(sock_.fd, msgs, static_cast<unsigned>(want), MSG_DONTWAIT, nullptr);
+        int rc = recvmmsg(sock_.get(), msgs, static_cast<unsigned>(want), MSG_DONTWAIT, nullptr);
         if (rc <= 0)
             return 0;
         size_t n = 0;
@@ -289,23 +330,12 @@ class UdpLink final : public Link {
     // The previous call's frames go back to their fill rings first: InFrame
     // data is valid until the next recv().
     size_t recv_xsk(std::span<InFrame> out) {
-        for (detail::XskQueueSocket *s : held_)
-            s->release();
-        held_.clear();
+        rx_views_.resize(std::min(out.size(), kBatch));
+        const size_t got = xsk_->recv_views(rx_views_, kXskFrameSize);
         size_t n = 0;
-        for (XskIface &xi : xsk_ifaces_)
-            for (auto &q : xi.queues) {
-                if (n >= out.size())
-                    return n;
-                xsk_frames_.clear();
-                q->peek(std::min(out.size() - n, kBatch), xsk_frames_);
-                if (xsk_frames_.empty())
-                    continue;
-                held_.push_back(q.get());
-                for (const auto &f : xsk_frames_)
-                    if (parse_eth_frame(f, self_, out[n]))
-                        n++;
-            }
+        for (size_t i = 0; i < got; i++)
+            if (parse_eth_frame(rx_views_[i], self_, out[n]))
+                n++;
         return n;
     }
 
@@ -338,14 +368,11 @@ class UdpLink final : public Link {
     }
 
   private:
-    struct XskIface {
-        uint32_t ifindex = 0;
-        std::vector<std::unique_ptr<detail::XskQueueSocket>> queues;
-    };
-
-    // One socket per (relay interface, rx queue), in incxdp_relay_if_xsks
-    // under slot * INCXDP_RELAY_XSK_QUEUES + queue; the interface's slot
-    // goes in last, so the relay never steers to a socket not yet bound.
+    // The AF_XDP transport over the relay's interfaces (the keys of
+    // incxdp_relay_tx, sorted, numbered as slots): its sockets go into
+    // incxdp_relay_if_xsks under slot * INCXDP_RELAY_XSK_QUEUES + queue, and
+    // each interface's slot in last, so the relay never steers to a socket
+    // not yet bound. It sends through the relay program (live frames).
     void open_xsks(const std::string &who) {
         auto open_map = [&](const char *name) {
             std::string path = pin_dir_ + "/" + name;
@@ -354,13 +381,13 @@ class UdpLink final : public Link {
                 throw std::runtime_error(fmt::format("cannot open {}: {}", path, strerror(errno)));
             return fd;
         };
-        ifslots_.fd = open_map(INCXDP_MAP_RELAY_IFSLOTS);
-        if_xsks_.fd = open_map(INCXDP_MAP_RELAY_IF_XSKS);
+        ifslots_.reset(open_map(INCXDP_MAP_RELAY_IFSLOTS));
+        if_xsks_.reset(open_map(INCXDP_MAP_RELAY_IF_XSKS));
         Fd tx(open_map(INCXDP_MAP_RELAY_TX));
         std::vector<uint32_t> ifx;
         uint32_t key = 0, next = 0;
         const void *prev = nullptr;
-        while (bpf_map_get_next_key(tx.fd, prev, &next) == 0) {
+        while (bpf_map_get_next_key(tx.get(), prev, &next) == 0) {
             ifx.push_back(next);
             key = next;
             prev = &key;
@@ -368,70 +395,78 @@ class UdpLink final : public Link {
         std::sort(ifx.begin(), ifx.end());
         if (ifx.empty())
             throw std::runtime_error(fmt::format("the relay in {} runs on no interface", pin_dir_));
-        for (uint32_t slot = 0; slot < ifx.size() && slot < INCXDP_RELAY_MAX_IFACES; slot++) {
+        if (ifx.size() > INCXDP_RELAY_MAX_IFACES)
+            ifx.resize(INCXDP_RELAY_MAX_IFACES);
+        AfXdpPeersConfig c;
+        for (uint32_t i : ifx) {
             char name[IF_NAMESIZE] = {};
-            if (!if_indextoname(ifx[slot], name))
-                throw std::runtime_error(fmt::format("the relay's interface {} is not here: {}",
-                                                     ifx[slot], strerror(errno)));
-            XskIface xi;
-            xi.ifindex = ifx[slot];
-            // Queues past INCXDP_RELAY_XSK_QUEUES deliver to the stack.
-            const uint32_t nq = std::min<uint32_t>(rx_queues(name), INCXDP_RELAY_XSK_QUEUES);
-            for (uint32_t q = 0; q < nq; q++) {
-                detail::XskQueueConfig c;
-                c.ifname = name;
-                c.queue = q;
-                c.frame_size = kXskFrameSize;
-                c.rx_frames = kXskRxFrames;
-                c.batch = kBatch;
-                c.describe = who + " on " + name;
-                auto sock = std::make_unique<detail::XskQueueSocket>(c);
-                uint32_t k = slot * INCXDP_RELAY_XSK_QUEUES + q;
-                int fd = sock->fd();
-                if (bpf_map_update_elem(if_xsks_.fd, &k, &fd, BPF_ANY) != 0)
-                    throw std::runtime_error(fmt::format(
-                        "cannot put the socket of {} queue {} into " INCXDP_MAP_RELAY_IF_XSKS
-                        ": {}",
-                        name, q, strerror(errno)));
-                xi.queues.push_back(std::move(sock));
-            }
-            if (bpf_map_update_elem(ifslots_.fd, &xi.ifindex, &slot, BPF_ANY) != 0)
+            if (!if_indextoname(i, name))
+                throw std::runtime_error(
+                    fmt::format("the relay's interface {} is not here: {}", i, strerror(errno)));
+            c.ifnames.push_back(name);
+        }
+        c.xskmap_fd = if_xsks_.get();
+        c.queue_stride = INCXDP_RELAY_XSK_QUEUES; // queues past it deliver to the stack
+        c.frame_size = kXskFrameSize;
+        c.rx_frames = kXskRxFrames;
+        c.batch = kBatch;
+        c.tx_live_frames = std::getenv("INCXDP_MESH_XDP_TX") == nullptr ||
+                           std::strcmp(std::getenv("INCXDP_MESH_XDP_TX"), "0") != 0;
+        c.describe = who;
+        xsk_ = make_afxdp_peers_transport(c);
+        for (uint32_t slot = 0; slot < ifx.size(); slot++) {
+            if (bpf_map_update_elem(ifslots_.get(), &ifx[slot], &slot, BPF_ANY) != 0)
                 throw std::runtime_error(
                     fmt::format("cannot set the slot of {} in " INCXDP_MAP_RELAY_IFSLOTS ": {}",
-                                name, strerror(errno)));
-            xsk_ifaces_.push_back(std::move(xi));
+                                c.ifnames[slot], strerror(errno)));
+            xsk_ifx_.push_back(ifx[slot]);
         }
+        xsk_max_frame_ = std::min<size_t>(xsk_->max_frame(), kTxSlot);
+        txbuf_.resize(kBatch * kTxSlot);
+        tx_.reserve(kBatch);
     }
 
     // Slots out first (frames go to the stack again), then the sockets,
     // which leave incxdp_relay_if_xsks as they close.
     void close_xsks() {
-        held_.clear();
-        if (ifslots_.fd >= 0)
-            for (const XskIface &xi : xsk_ifaces_)
-                bpf_map_delete_elem(ifslots_.fd, &xi.ifindex);
-        xsk_ifaces_.clear();
+        if (ifslots_)
+            for (uint32_t ifx : xsk_ifx_)
+                bpf_map_delete_elem(ifslots_.get(), &ifx);
+        xsk_ifx_.clear();
+        xsk_max_frame_ = 0;
+        xsk_.reset();
     }
 
     struct Route {
         incxdp_relay_route r{};
         uint32_t mtu[INCXDP_RELAY_MAX_NEXTHOPS] = {};
         std::string ifname[INCXDP_RELAY_MAX_NEXTHOPS];
+        // Ethernet/IPv4/UDP headers to the next hop, relay port both ways.
+        std::optional<detail::FrameTemplate> tmpl[INCXDP_RELAY_MAX_NEXTHOPS];
         Clock::time_point read_at;
         bool present = false;
     };
 
-    const Route *route(uint32_t dst, bool reread) {
+    Route *route(uint32_t dst, bool reread) {
         auto now = Clock::now();
         auto it = routes_cache_.find(dst);
         if (it == routes_cache_.end() || reread || now - it->second.read_at > kRouteTtl) {
             Route r;
             r.read_at = now;
-            r.present = bpf_map_lookup_elem(routes_.fd, &dst, &r.r) == 0;
+            r.present = bpf_map_lookup_elem(routes_.get(), &dst, &r.r) == 0;
             if (r.present) {
                 r.r.nnexthops = std::min<uint32_t>(r.r.nnexthops, INCXDP_RELAY_MAX_NEXTHOPS);
-                for (uint32_t i = 0; i < r.r.nnexthops; i++)
-                    r.mtu[i] = iface_mtu(r.r.nh[i].ifindex, &r.ifname[i]);
+                for (uint32_t i = 0; i < r.r.nnexthops; i++) {
+                    const incxdp_relay_nexthop &nh = r.r.nh[i];
+                    r.mtu[i] = iface_mtu(nh.ifindex, &r.ifname[i]);
+                    detail::FrameAddrs a;
+                    std::memcpy(a.src_mac.data(), nh.src_mac, 6);
+                    std::memcpy(a.dst_mac.data(), nh.dst_mac, 6);
+                    a.src_ip = nh.src_ip;
+                    a.dst_ip = nh.dst_ip;
+                    a.src_port = a.dst_port = INCXDP_RELAY_UDP_PORT;
+                    r.tmpl[i].emplace(a);
+                }
             }
             it = routes_cache_.insert_or_assign(dst, std::move(r)).first;
         }
@@ -439,12 +474,12 @@ class UdpLink final : public Link {
     }
 
     void read_cfg() {
-        if (cfg_.fd < 0)
+        if (!cfg_)
             return;
         uint32_t key = 0;
         incxdp_relay_cfg c{};
         // SMI's rank 0 is node 0: a fixed id does not wait for a non-zero one.
-        if (bpf_map_lookup_elem(cfg_.fd, &key, &c) == 0 && (fixed_self_ || c.self_node != 0)) {
+        if (bpf_map_lookup_elem(cfg_.get(), &key, &c) == 0 && (fixed_self_ || c.self_node != 0)) {
             if (!fixed_self_)
                 self_ = c.self_node;
             relay_enabled_ = c.relay_enabled != 0;
@@ -460,9 +495,12 @@ class UdpLink final : public Link {
     std::map<uint32_t, Route> routes_cache_;
     std::vector<uint8_t> rxbuf_;
     Fd ifslots_, if_xsks_;
-    std::vector<XskIface> xsk_ifaces_;
-    std::vector<detail::XskQueueSocket *> held_; // sockets whose frames recv() handed out
-    std::vector<std::span<const std::byte>> xsk_frames_;
+    std::unique_ptr<Transport> xsk_; // AF_XDP over the relay's interfaces, or none
+    std::vector<uint32_t> xsk_ifx_;  // ifindex of each slot set in incxdp_relay_ifslots
+    size_t xsk_max_frame_ = 0;       // frames up to this long leave through xsk_
+    std::vector<std::byte> txbuf_;   // kBatch frames of kTxSlot bytes being sent
+    std::vector<FrameOut> tx_;
+    std::vector<std::span<const std::byte>> rx_views_;
     unsigned udp_turn_ = 0;
 };
 

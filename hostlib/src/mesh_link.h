@@ -92,11 +92,14 @@ std::unique_ptr<Link> open_udp_link(const std::string &pin_dir);
 /// The same for a relay whose nodes are not named by their addresses (SMI
 /// names them by rank): this node is `self_node`, whatever the config says.
 std::unique_ptr<Link> open_udp_link(const std::string &pin_dir, uint32_t self_node);
-/// The same, frames for this node received through AF_XDP: one socket per
-/// (interface the relay runs on, rx queue), put in the relay's
-/// incxdp_relay_if_xsks under the interface's slot (incxdp/relay.h). Where
-/// AF_XDP cannot bind, prints one notice line (naming `who`) and receives
-/// through the UDP socket only. Sending stays on the UDP socket.
+/// The same through AF_XDP (make_afxdp_peers_transport): frames for this
+/// node arrive on one socket per (interface the relay runs on, rx queue),
+/// put in the relay's incxdp_relay_if_xsks under the interface's slot
+/// (incxdp/relay.h); frames leave built whole for the first hop, as live
+/// frames through the relay program (bpf/lib/xsk_tx.h), those too long for
+/// one through the UDP socket. Where AF_XDP cannot bind, prints one notice
+/// line (naming `who`) and uses the UDP socket only. INCXDP_MESH_XDP_TX=0
+/// sends through the UDP socket.
 std::unique_ptr<Link> open_xdp_link(const std::string &pin_dir, uint32_t self_node,
                                     const std::string &who);
 

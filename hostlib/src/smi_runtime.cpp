@@ -5,6 +5,7 @@
 #include <bpf/bpf.h>
 #include <fmt/format.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -181,29 +182,27 @@ void resend_overdue(incxdp_smi_runtime &rt) {
     }
 }
 
-// Polls the link's sockets without sleeping for rt.busy_poll after the last
-// frame (a reply usually follows within it), then sleeps in poll(). Partial
-// batches leave after a sleep: while frames flow, the application's waits
-// flush them, and messages sent one poll round apart would not share frames.
+// Sleeps in poll() on the link's sockets and receives what arrives; while an
+// application thread receives itself (wait_for), on the wake eventfd only,
+// looking again every millisecond. Partial batches leave after a quiet
+// millisecond: while frames flow, the application's waits flush them, and
+// messages sent one poll round apart would not share frames.
 void progress_loop(incxdp_smi_runtime &rt) {
-    std::vector<pollfd> pfds;
+    std::vector<pollfd> pfds{{rt.wake, POLLIN, 0}};
     if (rt.link)
         for (int fd : rt.link->poll_fds())
             pfds.push_back({fd, POLLIN, 0});
-    auto last = Clock::now() - rt.busy_poll;
     while (!rt.stop.load()) {
-        const bool slept = Clock::now() - last >= rt.busy_poll;
-        if (slept)
-            ::poll(pfds.data(), pfds.size(), 1);
-        size_t got;
-        {
-            std::lock_guard<std::mutex> g(rt.mu);
-            got = progress_once(rt, slept);
+        const bool app = rt.app_polling.load() > 0;
+        const int ready = ::poll(pfds.data(), app ? 1 : pfds.size(), 1);
+        if (ready > 0 && (pfds[0].revents & POLLIN)) {
+            uint64_t n;
+            (void)!::read(rt.wake, &n, sizeof n);
         }
-        if (got)
-            last = Clock::now();
-        else if (Clock::now() - last < rt.busy_poll)
-            std::this_thread::yield(); // other ranks may share the core
+        if (app && rt.app_polling.load() > 0)
+            continue;
+        std::lock_guard<std::mutex> g(rt.mu);
+        progress_once(rt, ready == 0);
     }
 }
 
@@ -273,6 +272,11 @@ int elems_per_msg(SMI_Datatype t) {
         return INCXDP_SMI_ELEMS_DOUBLE;
     }
     return 0;
+}
+
+void wake_progress(incxdp_smi_runtime &rt) {
+    const uint64_t one = 1;
+    (void)!::write(rt.wake, &one, sizeof one);
 }
 
 void flush_peer(incxdp_smi_runtime &rt, int dst) {
@@ -395,6 +399,10 @@ void start(incxdp_smi_runtime &rt, int rank, const std::string &topology_file,
     }
     if (const char *v = std::getenv("INCXDP_SMI_VERBOSE"); v && *v == '1' && rt.link)
         std::fprintf(stderr, "SMI rank %d: delivery %s\n", rank, rt.link->delivery().c_str());
+    rt.wake = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (rt.wake < 0)
+        throw std::runtime_error(
+            fmt::format("SMI rank {}: eventfd: {}", rank, std::strerror(errno)));
     rt.progress = std::thread([&rt] {
         try {
             progress_loop(rt);
@@ -424,6 +432,9 @@ void finish(incxdp_smi_runtime &rt) {
     if (rt.progress.joinable())
         rt.progress.join();
     rt.link.reset();
+    if (rt.wake >= 0)
+        ::close(rt.wake);
+    rt.wake = -1;
 }
 
 } // namespace incxdp::smi

@@ -41,6 +41,9 @@ inline constexpr int kDefaultAsyncDegree = 16;
 inline constexpr size_t kStreamCapMsgs = 1024;
 // Frames in flight per peer before a sender waits for acks.
 inline constexpr size_t kMaxUnackedFrames = 1024;
+// A yield that took longer gave the core to another thread: a busy wait
+// stops polling then.
+inline constexpr auto kYieldContended = std::chrono::microseconds(30);
 
 int elem_size(SMI_Datatype t);     // bytes
 int elems_per_msg(SMI_Datatype t); // 28 char, 14 short, 7 int/float, 3 double
@@ -115,8 +118,8 @@ struct incxdp_smi_runtime {
     // and control (-1: none), as `incxdp smi routes --install` wrote them.
     std::vector<int> hops;
     std::array<std::array<int, 2>, INCXDP_SMI_PORTS> port_owner{};
-    // After a frame, the progress thread polls the link without sleeping
-    // this long (INCXDP_SMI_BUSY_POLL_US) before it sleeps in poll().
+    // A thread waiting in a push or pop receives itself this long
+    // (INCXDP_SMI_BUSY_POLL_US) before it sleeps on cv.
     std::chrono::microseconds busy_poll{200};
     size_t max_msgs = INCXDP_SMI_MAX_MSGS_PER_FRAME;
     std::chrono::milliseconds rto{20};
@@ -129,6 +132,12 @@ struct incxdp_smi_runtime {
     std::deque<incxdp_smi_chan> chans; // stable addresses
     size_t rx_msgs = 0;                // messages in every RxStream
     incxdp_smi_stats stats{};
+
+    // Application threads receiving in wait_for(): the progress thread
+    // stays off the link (and the mutex) meanwhile. `wake` (an eventfd)
+    // calls it back when one goes to sleep on cv.
+    std::atomic<int> app_polling{0};
+    int wake = -1;
 
     std::atomic<bool> stop{false};
     std::thread progress;
@@ -155,27 +164,41 @@ void flush_all(incxdp_smi_runtime &rt);
 // Under rt.mu: one receive round (frames in, acks out, and the batches if
 // `flush_batches`); the number of frames received.
 size_t progress_once(incxdp_smi_runtime &rt, bool flush_batches);
+// Tells the progress thread to receive again (an application thread stopped
+// polling and sleeps).
+void wake_progress(incxdp_smi_runtime &rt);
+
 // Under rt.mu: waits until pred() holds, flushing batches first so that
 // what the wait depends on is on its way. For rt.busy_poll the waiting
-// thread receives itself (a frame handed over by the progress thread costs
-// a wake-up), then it sleeps until the progress thread notifies.
+// thread receives itself, the progress thread off the link (a frame handed
+// over by it costs a wake-up, and both taking the mutex turns each hand-over
+// into a futex sleep), then it sleeps until the progress thread notifies.
+// It sleeps at once when a yield shows the cores busy: polling would take
+// time from the thread that makes progress, maybe the peer rank.
 template <class Pred>
 void wait_for(incxdp_smi_runtime &rt, std::unique_lock<std::mutex> &lk, Pred pred) {
     if (pred())
         return;
     flush_all(rt);
-    const auto until = Clock::now() + rt.busy_poll;
-    while (!pred()) {
-        if (Clock::now() >= until) {
-            rt.cv.wait(lk, pred);
+    if (rt.busy_poll.count() > 0) {
+        const auto until = Clock::now() + rt.busy_poll;
+        rt.app_polling.fetch_add(1);
+        bool contended = false;
+        while (!pred() && !contended && Clock::now() < until) {
+            if (progress_once(rt, false) == 0) {
+                lk.unlock(); // other threads of the program, other ranks on the core
+                const auto t = Clock::now();
+                std::this_thread::yield();
+                contended = Clock::now() - t > kYieldContended;
+                lk.lock();
+            }
+        }
+        rt.app_polling.fetch_sub(1);
+        if (pred())
             return;
-        }
-        if (progress_once(rt, false) == 0) {
-            lk.unlock(); // other threads of the program, other ranks on the core
-            std::this_thread::yield();
-            lk.lock();
-        }
+        wake_progress(rt);
     }
+    rt.cv.wait(lk, pred);
 }
 
 } // namespace incxdp::smi

@@ -13,6 +13,7 @@
 #include <incxdp/chaos.h>
 #include <incxdp/relay.h>
 #include <incxdp/xdp_frags.h>
+#include <incxdp/xsk.h>
 
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
@@ -23,8 +24,10 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstring>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace incxdp::test {
@@ -379,6 +382,67 @@ TEST(RelayLoad, LoadsWithoutFragsWithTheMapsOthersLookFor) {
                              INCXDP_MAP_RELAY_XSKS, INCXDP_MAP_RELAY_STATS, INCXDP_CHAOS_XDP_CONFIG,
                              INCXDP_CHAOS_XDP_STATS, INCXDP_CHAOS_XDP_DUP, INCXDP_CAPTURE_MAP})
         EXPECT_NE(bpf_object__find_map_by_name(s->obj, name), nullptr) << name;
+    incxdp_relay__destroy(s);
+}
+
+// The local endpoint sends through the relay (bpf/lib/xsk_tx.h): a run from
+// loopback while the map is armed takes the slot the control slot names,
+// redirects its frame out of the slot's interface and advances; a bad slot
+// is dropped; unarmed, the same run is relayed like any frame.
+TEST(RelayLiveTx, ArmedRunsSendTheNextSlot) {
+    if (geteuid() != 0)
+        GTEST_SKIP() << "loading BPF programs needs root";
+    incxdp_relay *s = incxdp_relay__open();
+    ASSERT_NE(s, nullptr);
+    bpf_map *m;
+    bpf_object__for_each_map(m, s->obj) bpf_map__set_pin_path(m, nullptr);
+    ASSERT_EQ(set_xdp_frags({s->progs.incxdp_relay}, true), 0);
+    ASSERT_EQ(incxdp_relay__load(s), 0) << strerror(errno);
+    const int tx = bpf_map__fd(s->maps.incxdp_tx_frames);
+    const int stats = bpf_map__fd(s->maps.incxdp_relay_stats);
+    auto run = [&](const Bytes &in) {
+        Bytes out(4096);
+        LIBBPF_OPTS(bpf_test_run_opts, o, .data_in = in.data(), .data_out = out.data(),
+                    .data_size_in = static_cast<__u32>(in.size()),
+                    .data_size_out = static_cast<__u32>(out.size()), .repeat = 1);
+        EXPECT_EQ(bpf_prog_test_run_opts(bpf_program__fd(s->progs.incxdp_relay), &o), 0)
+            << strerror(errno);
+        out.resize(o.data_size_out);
+        return std::pair<int, Bytes>{static_cast<int>(o.retval), out};
+    };
+    const Bytes frame = relay_frame();
+    incxdp_xsk_tx_frame slot{};
+    slot.len = static_cast<uint32_t>(frame.size());
+    slot.ifindex = 1;
+    std::memcpy(slot.data, frame.data(), frame.size());
+    uint32_t key = 1 + 3; // frame slot 3
+    ASSERT_EQ(bpf_map_update_elem(tx, &key, &slot, BPF_ANY), 0);
+    incxdp_xsk_tx_frame ctl{};
+    ctl.len = 3;
+    ctl.ifindex = INCXDP_XSK_TX_ARMED;
+    key = 0;
+    ASSERT_EQ(bpf_map_update_elem(tx, &key, &ctl, BPF_ANY), 0);
+
+    const Bytes tmpl(14, 0); // a live run's frame holds anything; the slot decides
+    auto [verdict, out] = run(tmpl);
+    EXPECT_EQ(verdict, XDP_REDIRECT);
+    EXPECT_EQ(out, frame);
+    EXPECT_EQ(percpu_sum(stats, INCXDP_RELAY_STAT_SENT), 1u);
+    ASSERT_EQ(bpf_map_lookup_elem(tx, &key, &ctl), 0);
+    EXPECT_EQ(ctl.len, 4u) << "the next run takes the next slot";
+
+    // Frame slot 4 is empty.
+    std::tie(verdict, out) = run(tmpl);
+    EXPECT_EQ(verdict, XDP_DROP);
+    EXPECT_EQ(percpu_sum(stats, INCXDP_RELAY_STAT_TX_BAD), 1u);
+
+    // Unarmed: the relay frame is relayed (no relay config: node 0, relaying off).
+    ctl = {};
+    ASSERT_EQ(bpf_map_update_elem(tx, &key, &ctl, BPF_ANY), 0);
+    std::tie(verdict, out) = run(frame);
+    EXPECT_EQ(verdict, XDP_DROP);
+    EXPECT_EQ(percpu_sum(stats, INCXDP_RELAY_STAT_RELAY_OFF), 1u);
+    EXPECT_EQ(percpu_sum(stats, INCXDP_RELAY_STAT_SENT), 1u);
     incxdp_relay__destroy(s);
 }
 

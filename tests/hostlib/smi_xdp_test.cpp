@@ -119,7 +119,8 @@ class SmiXdp : public ::testing::Test {
         }
     }
 
-    // Every frame for every rank came through AF_XDP.
+    // Every frame for every rank came through AF_XDP, and every rank sent
+    // through it (live frames run through its relay, bpf/lib/xsk_tx.h).
     void expect_xsk_delivery(const std::string &file) {
         const tsmi::Cabling c = tsmi::load_cabling(file);
         for (int rank = 0; rank < c.size(); rank++) {
@@ -130,6 +131,9 @@ class SmiXdp : public ::testing::Test {
             const json s = json::parse(r.out);
             EXPECT_GT(s["deliver_xsk"].get<uint64_t>(), 0u) << "rank " << rank << ": " << r.out;
             EXPECT_EQ(s["deliver_stack"].get<uint64_t>(), 0u) << "rank " << rank << ": " << r.out;
+            EXPECT_GT(s["sent"].get<uint64_t>(), 0u) << "rank " << rank << ": " << r.out;
+            // The transport's start-up probe (an empty slot) only.
+            EXPECT_EQ(s["tx_bad"].get<uint64_t>(), 1u) << "rank " << rank << ": " << r.out;
         }
     }
 
@@ -142,8 +146,9 @@ TEST_F(SmiXdp, Torus8ThroughXskThenRecabledToTheChain) {
     CmdResult r = smi_run(torus, "--keep -- env INCXDP_SMI_VERBOSE=1 " SMI_CHECK " p2p", 100);
     expect_all_ok(r, 8, "p2p");
     for (int rank = 0; rank < 8; rank++)
-        EXPECT_NE(r.out.find("SMI rank " + std::to_string(rank) + ": delivery af_xdp"),
-                  std::string::npos)
+        EXPECT_NE(
+            r.out.find("SMI rank " + std::to_string(rank) + ": delivery af_xdp, sending af_xdp"),
+            std::string::npos)
             << r.out;
     EXPECT_EQ(r.out.find("AF_XDP delivery unavailable"), std::string::npos) << r.out;
     expect_xsk_delivery(torus);

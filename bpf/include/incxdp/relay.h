@@ -109,6 +109,8 @@ enum incxdp_relay_stat {
 	INCXDP_RELAY_STAT_MALFORMED,    /* relay port, bad magic/version/lengths: dropped */
 	INCXDP_RELAY_STAT_REDIRECT_FAIL, /* the next hop's interface refused the frame */
 	INCXDP_RELAY_STAT_CHAOS,        /* taken by `incxdp chaos --xdp` */
+	INCXDP_RELAY_STAT_SENT,         /* the local endpoint's live frame, sent (bpf/lib/xsk_tx.h) */
+	INCXDP_RELAY_STAT_TX_BAD,       /* the local endpoint's live frame, bad slot: dropped */
 	INCXDP_RELAY_STAT_MAX,
 };
 

@@ -10,12 +10,22 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace incxdp {
 
-/// A bidirectional datagram channel to one switch. Not thread-safe.
+/// A whole Ethernet frame, every header built by the caller, and the
+/// interface it leaves by: what a transport that addresses several peers
+/// sends (make_afxdp_peers_transport).
+struct FrameOut {
+    std::span<const std::byte> frame;
+    uint32_t ifindex = 0;
+};
+
+/// A bidirectional datagram channel to one switch (or, made by
+/// make_afxdp_peers_transport, whole frames to several peers). Not thread-safe.
 class Transport {
   public:
     virtual ~Transport() = default;
@@ -60,7 +70,28 @@ class Transport {
     /// SENDs where the frames cannot grow (docs/ROCE.md §6).
     virtual bool frames_grow_at_switch() const { return false; }
 
+    /// Several peers: sends whole frames, each out of its own interface,
+    /// without blocking; returns how many were taken, in order. Frames are
+    /// at most max_frame() bytes. Transports to one peer throw
+    /// std::logic_error.
+    virtual size_t send_frames(std::span<const FrameOut> frames) {
+        (void)frames;
+        throw std::logic_error(describe() + ": sends to one peer only (send_batch)");
+    }
+    /// The longest frame send_frames() takes; 0 if it takes none.
+    virtual size_t max_frame() const { return 0; }
+    /// Every descriptor that polls readable when a receive would find
+    /// frames (empty if the transport does not say).
+    virtual std::vector<int> poll_fds() const { return {}; }
+
+  protected:
+    /// recv_batch() for transports whose own receive is recv_views(): copies
+    /// the views out (sizes as recv_batch() reports them).
+    size_t recv_batch_from_views(std::span<const std::span<std::byte>> bufs,
+                                 std::span<size_t> sizes);
+
   private:
+    std::vector<std::span<const std::byte>> batch_views_; // recv_batch_from_views()
     // recv_views() default: out.size() buffers of max_len + 1 bytes.
     std::vector<std::byte> view_mem_;
     std::vector<std::span<std::byte>> view_bufs_;
@@ -148,5 +179,29 @@ LinkInfo resolve_link(const std::string &local_ip, const std::string &remote_ip,
 /// neighbour table), IPv4 (checksum), UDP (checksum 0). Needs root
 /// (CAP_NET_ADMIN, CAP_BPF). Throws std::system_error naming the interface.
 std::unique_ptr<Transport> make_afxdp_transport(const AfXdpTransportConfig &cfg);
+
+/// AF_XDP towards several peers over interfaces whose XDP program is the
+/// caller's (the mesh relay): it steers frames to the sockets and, for
+/// sending, holds incxdp_tx_frames (bpf/lib/xsk_tx.h, incxdp/xsk.h).
+struct AfXdpPeersConfig {
+    std::vector<std::string> ifnames;
+    /// The program's XSKMAP: the socket of (ifnames[i], rx queue q) goes
+    /// under key i * queue_stride + q; queues from queue_stride on get none.
+    int xskmap_fd = -1;
+    uint32_t queue_stride = 1;
+    uint32_t frame_size = 4096; ///< umem frame: one Ethernet frame each
+    uint32_t rx_frames = 512;   ///< umem frames (fill ring) per socket
+    size_t batch = 64;          ///< descriptors per ring operation, frames per send
+    /// Send live frames through the interfaces' program (BPF_PROG_RUN, as
+    /// AfXdpTransportConfig::tx_live_frames). Off, or where an interface
+    /// cannot transmit XDP frames or the program has no incxdp_tx_frames:
+    /// max_frame() is 0 and the caller sends some other way.
+    bool tx_live_frames = true;
+    std::string describe; ///< who, for messages
+};
+
+/// Receives whole frames (recv_views) from every socket, sends whole frames
+/// (send_frames). Throws std::system_error naming the interface and queue.
+std::unique_ptr<Transport> make_afxdp_peers_transport(const AfXdpPeersConfig &cfg);
 
 } // namespace incxdp
