@@ -102,7 +102,9 @@ for line in "${plan[@]}"; do
 	[[ -e /var/run/netns/$ns ]] || { echo "ref_tree: no namespace $ns (incxdp topo up $topo --prefix $prefix first)" >&2; exit 1; }
 	for ifc in $ports; do
 		# xdp.frags: the section incxdp_pass is built in (any link MTU).
-		if ! ip -n "$ns" link set dev "$ifc" xdpdrv obj "$obj" sec xdp.frags; then
+		# nsenter, not `ip -n`: that remounts /sys, and ip's object loader
+		# wants the bpffs below it (gone there inside scripts/sandbox).
+		if ! nsenter --net="/var/run/netns/$ns" ip link set dev "$ifc" xdpdrv obj "$obj" sec xdp.frags; then
 			echo "ref_tree: attaching incxdp_pass on $ns:$ifc failed (is the XDP engine loaded there?)" >&2
 			exit 1
 		fi

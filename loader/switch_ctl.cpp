@@ -34,6 +34,21 @@ struct SkelDeleter {
 };
 using SkelPtr = std::unique_ptr<incxdp_switch, SkelDeleter>;
 
+// The kernel adds BPF_F_RDONLY_PROG to every devmap it creates, so
+// libbpf before 1.5 finds a pinned devmap "incompatible" with the object's
+// definition and refuses to reuse it: loading more ports next to a running
+// engine failed with EINVAL. Hand libbpf the pinned map instead.
+void adopt_pinned_devmap(bpf_map *map, const std::string &path)
+{
+    Fd fd(bpf_obj_get(path.c_str()));
+    if (!fd)
+        throw CtlError(errno_msg("cannot open pinned map " + path, errno));
+    if (int err = bpf_map__set_pin_path(map, nullptr))
+        throw CtlError(errno_msg("cannot clear the pin path of map " + std::string(bpf_map__name(map)), err));
+    if (int err = bpf_map__reuse_fd(map, fd.get()))
+        throw CtlError(errno_msg("cannot reuse pinned map " + path, err));
+}
+
 bool is_ours(const xdp_program *p)
 {
     return p && std::strcmp(xdp_program__name(p), kIngressProg) == 0;
@@ -110,6 +125,8 @@ void load(const LoadOptions &opts)
     if (!skel)
         throw CtlError(errno_msg("cannot open the incxdp_switch BPF object", errno));
     skel->rodata->native_port = opts.native_port;
+    if (!fresh)
+        adopt_pinned_devmap(skel->maps.incxdp_ports, opts.pin_dir + "/" INCXDP_MAP_PORTS);
     if (int err = bpf_map__set_max_entries(skel->maps.incxdp_slots, slots))
         throw CtlError(errno_msg("cannot size map " INCXDP_MAP_SLOTS, err));
 
