@@ -137,6 +137,15 @@ SwitchEntries compile_star(const JobSpec &job, const std::string &sw) {
     return e;
 }
 
+namespace {
+const topo::Job &job_of(const topo::Topology &t, uint32_t job_id) {
+    for (const auto &x : t.jobs)
+        if (x.id == job_id)
+            return x;
+    throw CtlError(fmt::format("topology {} has no job {}", t.name, job_id));
+}
+} // namespace
+
 const SwitchEntries &CompiledJob::sw(const std::string &name) const {
     for (const auto &s : switches)
         if (s.sw == name)
@@ -145,12 +154,7 @@ const SwitchEntries &CompiledJob::sw(const std::string &name) const {
 }
 
 TreeJobSpec tree_spec(const topo::Topology &t, uint32_t job_id) {
-    const topo::Job *j = nullptr;
-    for (const auto &x : t.jobs)
-        if (x.id == job_id)
-            j = &x;
-    if (!j)
-        throw CtlError(fmt::format("topology {} has no job {}", t.name, job_id));
+    const topo::Job *j = &job_of(t, job_id);
     if (j->kind != topo::JobKind::Tree)
         throw CtlError(fmt::format("job {} of topology {} is a {} job, not a tree job", job_id,
                                    t.name, topo::job_kind_name(j->kind)));
@@ -324,12 +328,7 @@ topo::AggPlan plan_job(const topo::Topology &t, uint32_t job_id) {
 }
 
 CompiledJob compile_job(const topo::Topology &t, uint32_t job_id) {
-    const topo::Job *j = nullptr;
-    for (const auto &x : t.jobs)
-        if (x.id == job_id)
-            j = &x;
-    if (!j)
-        throw CtlError(fmt::format("topology {} has no job {}", t.name, job_id));
+    const topo::Job *j = &job_of(t, job_id);
     if (j->kind == topo::JobKind::RoceTree)
         throw CtlError(fmt::format("job {} of topology {} is a roce-tree job: rules::compile() "
                                    "compiles its connections",
