@@ -364,17 +364,29 @@ INSTANTIATE_TEST_SUITE_P(Rows, RelayProg, ::testing::ValuesIn(kRows),
                              return std::string(i.param.name);
                          });
 
+// The relay object loaded without pins (the test's maps are its own), with
+// or without xdp.frags; *out stays null when a step failed.
+void open_unpinned(bool frags, incxdp_relay **out) {
+    incxdp_relay *s = incxdp_relay__open();
+    ASSERT_NE(s, nullptr);
+    bpf_map *m;
+    bpf_object__for_each_map(m, s->obj) bpf_map__set_pin_path(m, nullptr);
+    if (set_xdp_frags({s->progs.incxdp_relay}, frags) != 0 || incxdp_relay__load(s) != 0) {
+        ADD_FAILURE() << "loading incxdp_relay (frags " << frags << "): " << strerror(errno);
+        incxdp_relay__destroy(s);
+        return;
+    }
+    *out = s;
+}
+
 // `attach(..., "skb")` loads it without xdp.frags: the verifier must take
 // it that way too.
 TEST(RelayLoad, LoadsWithoutFragsWithTheMapsOthersLookFor) {
     if (geteuid() != 0)
         GTEST_SKIP() << "loading BPF programs needs root";
-    incxdp_relay *s = incxdp_relay__open();
+    incxdp_relay *s = nullptr;
+    open_unpinned(false, &s);
     ASSERT_NE(s, nullptr);
-    bpf_map *m;
-    bpf_object__for_each_map(m, s->obj) bpf_map__set_pin_path(m, nullptr);
-    ASSERT_EQ(set_xdp_frags({s->progs.incxdp_relay}, false), 0);
-    EXPECT_EQ(incxdp_relay__load(s), 0) << strerror(errno);
     // The map names are the contract's (relay.h): the loader and bpftool
     // users find them by these; and the ones `incxdp chaos --xdp` and
     // `incxdp capture` look for on an interface's program.
@@ -392,12 +404,9 @@ TEST(RelayLoad, LoadsWithoutFragsWithTheMapsOthersLookFor) {
 TEST(RelayLiveTx, ArmedRunsSendTheNextSlot) {
     if (geteuid() != 0)
         GTEST_SKIP() << "loading BPF programs needs root";
-    incxdp_relay *s = incxdp_relay__open();
+    incxdp_relay *s = nullptr;
+    open_unpinned(true, &s);
     ASSERT_NE(s, nullptr);
-    bpf_map *m;
-    bpf_object__for_each_map(m, s->obj) bpf_map__set_pin_path(m, nullptr);
-    ASSERT_EQ(set_xdp_frags({s->progs.incxdp_relay}, true), 0);
-    ASSERT_EQ(incxdp_relay__load(s), 0) << strerror(errno);
     const int tx = bpf_map__fd(s->maps.incxdp_tx_frames);
     const int stats = bpf_map__fd(s->maps.incxdp_relay_stats);
     auto run = [&](const Bytes &in) {

@@ -840,17 +840,7 @@ TEST_F(Tree124, ConsecutiveRunsOfNewWorkersNeedNoReapply)
     std::map<std::string, uint64_t> syncs;
     for (const auto &sw : switches_)
         syncs[sw] = stats(sw)["roce_sync"];
-    TreeRun a{"allreduce", "1M"};
-    a.apply = false;
-    a.args = {"--seed", "11"};
-    run(a);
-    TreeRun r{"reduce", "1M"};
-    r.root = 2;
-    r.apply = false;
-    r.args = {"--seed", "12"};
-    run(r);
-    a.args = {"--seed", "13"};
-    run(a);
+    run_without_reapply("1M", 2, 11);
     uint64_t answered = 0;
     for (const auto &sw : switches_)
         answered += stats(sw)["roce_sync"] - syncs[sw];
@@ -882,17 +872,7 @@ TEST_F(Tree1248, AllReduceThroughThreeSwitchLevels)
 TEST_F(Tree1248, ConsecutiveRunsOfNewWorkersNeedNoReapply)
 {
     ASSERT_EQ(rules_apply().status, 0);
-    TreeRun a{"allreduce", "1M"};
-    a.apply = false;
-    a.args = {"--seed", "21"};
-    run(a);
-    TreeRun r{"reduce", "256K"};
-    r.root = 6;
-    r.apply = false;
-    r.args = {"--seed", "22"};
-    run(r);
-    a.args = {"--seed", "23"};
-    run(a);
+    run_without_reapply("256K", 6, 21);
 }
 
 } // namespace

@@ -144,6 +144,24 @@ class TreeTopology : public ::testing::Test {
         return res;
     }
 
+    // AllReduce 1M, Reduce `reduce_size` to `root`, AllReduce 1M again, each by
+    // new workers on other data (seeds seed, seed + 1, seed + 2), none
+    // preceded by `incxdp rules apply`.
+    void run_without_reapply(const std::string &reduce_size, int root, int seed)
+    {
+        TreeRun a{"allreduce", "1M"};
+        a.apply = false;
+        a.args = {"--seed", std::to_string(seed)};
+        run(a);
+        TreeRun r{"reduce", reduce_size};
+        r.root = root;
+        r.apply = false;
+        r.args = {"--seed", std::to_string(seed + 1)};
+        run(r);
+        a.args = {"--seed", std::to_string(seed + 2)};
+        run(a);
+    }
+
     // Every rank runs incxdp-worker over the RoCE transport; each must exit 0
     // having verified its result.
     std::vector<proc::ProcResult> run(const TreeRun &s)
