@@ -2,6 +2,7 @@
 #include "port_util.h"
 #include "pinned_maps.h"
 
+#include <incxdp/util/iface.h>
 #include <incxdp/util/ipv4.h>
 
 #include <fmt/format.h>
@@ -15,8 +16,7 @@
 
 namespace incxdp::ctl {
 
-uint32_t ifindex_of(const std::string &name)
-{
+uint32_t ifindex_of(const std::string &name) {
     if (name.empty() || name.size() >= IF_NAMESIZE)
         throw CtlError(fmt::format("invalid interface name '{}'", name));
     unsigned idx = if_nametoindex(name.c_str());
@@ -25,26 +25,18 @@ uint32_t ifindex_of(const std::string &name)
     return idx;
 }
 
-std::string ifname_of(uint32_t ifindex)
-{
+std::string ifname_of(uint32_t ifindex) {
     char buf[IF_NAMESIZE] = {};
     if (!if_indextoname(ifindex, buf))
         return fmt::format("ifindex {}", ifindex);
     return buf;
 }
 
-topo::Mac mac_of(const std::string &name)
-{
-    Fd sock(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-    if (!sock)
-        throw CtlError(errno_msg("socket", errno));
-    struct ifreq ifr {};
-    std::strncpy(ifr.ifr_name, name.c_str(), IF_NAMESIZE - 1);
-    if (::ioctl(sock.get(), SIOCGIFHWADDR, &ifr) != 0)
+topo::Mac mac_of(const std::string &name) {
+    auto mac = util::iface_mac(name);
+    if (!mac)
         throw CtlError(errno_msg(fmt::format("cannot read the MAC address of {}", name), errno));
-    topo::Mac mac;
-    std::memcpy(mac.data(), ifr.ifr_hwaddr.sa_data, mac.size());
-    return mac;
+    return *mac;
 }
 
 uint32_t be_ip(const std::string &text, const std::string &what) {

@@ -2,16 +2,20 @@
 // The AF_XDP transport for several peers (transport.h): a socket on every rx
 // queue of several interfaces, steered to by the interfaces' own XDP
 // program (the caller's: the mesh relay), and whole frames sent, each out
-// of its own interface, as live frames through that program (xsk_live_tx.h,
-// the same sender as the one-peer transport's). docs/SMI.md §9.
+// of its own interface, through the tx ring of the interface's queue 0
+// socket (xsk_ring_tx.h) or as live frames through that program
+// (xsk_live_tx.h): the one-peer transport's two senders. docs/SMI.md §9,
+// docs/PERF.md.
 #include <incxdp/netdev_xdp.h>
 #include <incxdp/transport.h>
 #include <incxdp/util/fd.h>
+#include <incxdp/util/iface.h>
 #include <incxdp/xdp_prog_maps.h>
 #include <incxdp/xsk.h>
 
 #include "xsk_live_tx.h"
 #include "xsk_queue_socket.h"
+#include "xsk_ring_tx.h"
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -29,6 +33,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -40,6 +45,7 @@ namespace incxdp {
 namespace {
 
 using detail::LiveTx;
+using detail::RingTx;
 using detail::XskQueueConfig;
 using detail::XskQueueSocket;
 
@@ -59,13 +65,30 @@ uint32_t rx_queues(const std::string &ifname) {
     return std::max<uint32_t>(1, std::max(ch.rx_count, ch.combined_count));
 }
 
+// Which sender a send_frames() call takes (INCXDP_XSK_TX).
+enum class TxWay { Ring, Live, Auto };
+
+// Auto: calls of at most this many frames go through the tx ring, larger
+// ones as live frames. A live-frame run has a fixed cost (the kernel sets up
+// and tears down a page_pool per BPF_PROG_RUN) and then costs less per frame
+// than the ring's skb each; the two cross near 20 frames (docs/PERF.md).
+constexpr size_t kRingAtMost = 16;
+
+TxWay tx_way(const std::string &describe) {
+    const char *e = std::getenv("INCXDP_XSK_TX");
+    const std::string v = e ? e : "";
+    if (v.empty() || v == "auto")
+        return TxWay::Auto;
+    if (v == "ring")
+        return TxWay::Ring;
+    if (v == "live")
+        return TxWay::Live;
+    throw std::invalid_argument(
+        fmt::format("{}: INCXDP_XSK_TX={}: want ring, live or auto", describe, v));
+}
+
 uint32_t iface_mtu(const std::string &ifname) {
-    util::Fd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-    ifreq r{};
-    std::snprintf(r.ifr_name, IFNAMSIZ, "%s", ifname.c_str());
-    if (!fd || ioctl(fd.get(), SIOCGIFMTU, &r) != 0)
-        return 1500;
-    return uint32_t(r.ifr_mtu);
+    return util::iface_mtu(ifname).value_or(1500);
 }
 
 class AfXdpPeersTransport final : public Transport {
@@ -75,14 +98,14 @@ class AfXdpPeersTransport final : public Transport {
                                 fmt::join(cfg.ifnames, ","));
         if (cfg.ifnames.empty())
             throw std::invalid_argument(describe_ + ": no interface");
+        way_ = tx_way(describe_);
         for (size_t i = 0; i < cfg.ifnames.size(); i++)
             bind_iface(i);
         for (const auto &s : socks_)
             polls_.push_back({s->fd(), POLLIN, 0});
         if (cfg.tx_live_frames)
             setup_live();
-        describe_ += fmt::format(" ({}{})", socks_.front()->zero_copy() ? "zero-copy" : "copy",
-                                 live_ ? ", live frames" : "");
+        choose_tx();
     }
 
     size_t send_batch(std::span<const std::span<const std::byte>>) override {
@@ -90,21 +113,18 @@ class AfXdpPeersTransport final : public Transport {
     }
 
     size_t send_frames(std::span<const FrameOut> frames) override {
-        if (!live_)
-            throw std::logic_error(describe_ + ": cannot send (no live frames here)");
-        const size_t n = live_->capacity(std::min(frames.size(), std::max<size_t>(cfg_.batch, 1)));
-        for (size_t i = 0; i < n; i++) {
-            const FrameOut &f = frames[i];
-            if (f.frame.size() > max_frame_)
+        if (!max_frame_)
+            throw std::logic_error(describe_ + ": cannot send (no tx ring, no live frames here)");
+        const size_t n = std::min(frames.size(), std::max<size_t>(cfg_.batch, 1));
+        for (size_t i = 0; i < n; i++)
+            if (frames[i].frame.size() > max_frame_)
                 throw std::invalid_argument(fmt::format("{}: a {} B frame (at most {} B)",
-                                                        describe_, f.frame.size(), max_frame_));
-            std::memcpy(live_->data(i), f.frame.data(), f.frame.size());
-            live_->set(i, uint32_t(f.frame.size()), f.ifindex);
-        }
-        return live_->run(n) == 0 ? n : 0;
+                                                        describe_, frames[i].frame.size(),
+                                                        max_frame_));
+        return use_live(n) ? send_live(frames.first(n)) : send_ring(frames.first(n));
     }
 
-    size_t max_frame() const override { return live_ ? max_frame_ : 0; }
+    size_t max_frame() const override { return max_frame_; }
 
     size_t recv_views(std::span<std::span<const std::byte>> out, size_t) override {
         release_rx();
@@ -128,12 +148,17 @@ class AfXdpPeersTransport final : public Transport {
         return recv_batch_from_views(bufs, sizes);
     }
 
-    void wait(std::chrono::nanoseconds timeout, bool) override {
+    void wait(std::chrono::nanoseconds timeout, bool want_send) override {
         release_rx(); // or the kernel may run out of fill-ring frames while we sleep
+        for (const Ring &r : rings_)
+            polls_[r.poll].events = short(POLLIN | (want_send && ring_used_ ? POLLOUT : 0));
         auto ns = std::max<int64_t>(timeout.count(), 0);
         timespec ts{time_t(ns / 1000000000), long(ns % 1000000000)};
         if (::ppoll(polls_.data(), polls_.size(), &ts, nullptr) < 0 && errno != EINTR)
             throw std::system_error(errno, std::generic_category(), describe_ + ": ppoll");
+        if (want_send && ring_used_)
+            for (const Ring &r : rings_)
+                r.tx->kick();
     }
 
     std::vector<int> poll_fds() const override {
@@ -164,6 +189,7 @@ class AfXdpPeersTransport final : public Transport {
             c.queue = q;
             c.frame_size = cfg_.frame_size;
             c.rx_frames = cfg_.rx_frames;
+            c.tx_frames = q == 0 ? cfg_.tx_frames : 0;
             c.batch = cfg_.batch;
             c.describe = describe_ + " on " + name;
             auto sock = std::make_unique<XskQueueSocket>(c);
@@ -174,14 +200,101 @@ class AfXdpPeersTransport final : public Transport {
                     errno, std::generic_category(),
                     fmt::format("{}: put the socket of {} queue {} into the XSKMAP", describe_,
                                 name, q));
+            if (q == 0 && cfg_.tx_frames) {
+                const unsigned ifx = if_nametoindex(name.c_str());
+                if (!ifx)
+                    throw std::system_error(errno, std::generic_category(),
+                                            fmt::format("{}: interface {}", describe_, name));
+                rings_.push_back({ifx, socks_.size(), std::make_unique<RingTx>(*sock)});
+                ring_max_ =
+                    std::max<size_t>(ring_max_, std::min<size_t>(iface_mtu(name) + 14,
+                                                                 rings_.back().tx->frame_bytes()));
+            }
             socks_.push_back(std::move(sock));
         }
+    }
+
+    // The way out per call (way_), from what this host has; max_frame_: a
+    // frame every way in use takes.
+    void choose_tx() {
+        std::string how;
+        if (rings_.empty() || (live_ && way_ == TxWay::Live)) {
+            way_ = TxWay::Live;
+            max_frame_ = live_ ? live_max_ : 0;
+            how = live_ ? "live frames" : "no tx";
+        } else if (!live_ || way_ == TxWay::Ring) {
+            how = way_ == TxWay::Live ? "tx ring: no live frames here" : "tx ring";
+            way_ = TxWay::Ring;
+            max_frame_ = ring_max_;
+        } else {
+            max_frame_ = std::min(ring_max_, live_max_);
+            how = fmt::format("tx ring up to {} frames, else live frames", kRingAtMost);
+        }
+        ring_used_ = way_ != TxWay::Live;
+        describe_ +=
+            fmt::format(" ({}, {})", socks_.front()->zero_copy() ? "zero-copy" : "copy", how);
+    }
+
+    bool use_live(size_t n) {
+        if (way_ != TxWay::Auto)
+            return way_ == TxWay::Live;
+        if (n <= kRingAtMost)
+            return false;
+        // Live frames would pass frames still waiting in a tx ring.
+        for (const Ring &r : rings_)
+            if (r.tx->pending()) {
+                r.tx->kick();
+                if (r.tx->pending())
+                    return false;
+            }
+        return true;
+    }
+
+    size_t send_live(std::span<const FrameOut> frames) {
+        const size_t n = live_->capacity(frames.size());
+        for (size_t i = 0; i < n; i++) {
+            std::memcpy(live_->data(i), frames[i].frame.data(), frames[i].frame.size());
+            live_->set(i, uint32_t(frames[i].frame.size()), frames[i].ifindex);
+        }
+        return live_->run(n) == 0 ? n : 0;
+    }
+
+    // Runs of frames for one interface, each through that interface's ring,
+    // in order; stops at the first that is full.
+    size_t send_ring(std::span<const FrameOut> frames) {
+        size_t done = 0;
+        while (done < frames.size()) {
+            const uint32_t ifx = frames[done].ifindex;
+            size_t end = done + 1;
+            while (end < frames.size() && frames[end].ifindex == ifx)
+                end++;
+            RingTx &tx = ring_of(ifx);
+            const size_t k = tx.reserve(end - done);
+            for (size_t i = 0; i < k; i++) {
+                const auto f = frames[done + i].frame;
+                std::memcpy(tx.data(i), f.data(), f.size());
+                tx.set(i, uint32_t(f.size()));
+            }
+            tx.submit();
+            if (done + k < end)
+                return done + k;
+            done = end;
+        }
+        return done;
+    }
+
+    RingTx &ring_of(uint32_t ifindex) {
+        for (const Ring &r : rings_)
+            if (r.ifindex == ifindex)
+                return *r.tx;
+        throw std::invalid_argument(fmt::format(
+            "{}: a frame for interface {}, not one of this transport's", describe_, ifindex));
     }
 
     // Live frames through the program on the first interface, if every
     // interface can transmit XDP frames (veth: while its peer runs a native
     // XDP program) and the program holds incxdp_tx_frames; else none (the
-    // caller sends some other way: max_frame() is 0).
+    // tx rings send, whose skbs take the peer's normal rx path).
     void setup_live() {
         for (const std::string &name : cfg_.ifnames) {
             const unsigned ifx = if_nametoindex(name.c_str());
@@ -222,7 +335,7 @@ class AfXdpPeersTransport final : public Transport {
             throw std::system_error(
                 -err, std::generic_category(),
                 fmt::format("{}: BPF_PROG_RUN live frames of {} B", describe_, want));
-        max_frame_ = want;
+        live_max_ = want;
         live_ = std::move(live);
     }
 
@@ -235,6 +348,13 @@ class AfXdpPeersTransport final : public Transport {
     AfXdpPeersConfig cfg_;
     std::string describe_;
     std::vector<std::unique_ptr<XskQueueSocket>> socks_;
+    struct Ring {
+        uint32_t ifindex;
+        size_t poll; ///< its socket's entry in polls_
+        std::unique_ptr<RingTx> tx;
+    };
+    std::vector<Ring>
+        rings_; ///< one per interface, on its queue 0 socket (after socks_: borrows it)
     std::vector<pollfd> polls_;
     std::vector<XskQueueSocket *> held_; ///< sockets whose frames the last receive handed out
     size_t next_sock_ = 0;
@@ -242,7 +362,9 @@ class AfXdpPeersTransport final : public Transport {
     util::Fd prog_, map_;
     std::unique_ptr<LiveTx> live_;
     uint32_t mtu_ = 0;
-    size_t max_frame_ = 0;
+    TxWay way_ = TxWay::Auto;
+    bool ring_used_ = false;
+    size_t ring_max_ = 0, live_max_ = 0, max_frame_ = 0;
 };
 
 } // namespace

@@ -4,6 +4,7 @@
 // for the worker arrive on, incxdp_xsk steering the worker's UDP port to them,
 // frames built and parsed here (frame.h). docs/HOSTLIB.md §5, docs/PERF.md.
 #include <incxdp/transport.h>
+#include <incxdp/util/iface.h>
 #include <incxdp/util/ipv4.h>
 #include <incxdp/util/mac.h>
 
@@ -11,6 +12,7 @@
 #include "incxdp_xsk.skel.h"
 #include "xsk_live_tx.h"
 #include "xsk_queue_socket.h"
+#include "xsk_ring_tx.h"
 #include <incxdp/capture.h>
 #include <incxdp/chaos.h>
 #include <incxdp/netdev_xdp.h>
@@ -48,7 +50,6 @@ namespace incxdp {
 namespace {
 
 using detail::FrameAddrs;
-using detail::FrameStack;
 using detail::FrameTemplate;
 using detail::kFrameHdrLen;
 using detail::Mac;
@@ -116,28 +117,18 @@ IfInfo iface_info(const std::string &ifname) {
     info.index = if_nametoindex(ifname.c_str());
     if (info.index == 0)
         fail(errno, fmt::format("afxdp transport: interface {}", ifname));
-    int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        fail(errno, "afxdp transport: socket for ioctl");
-    ifreq r{};
-    std::snprintf(r.ifr_name, IFNAMSIZ, "%s", ifname.c_str());
-    int err = ioctl(fd, SIOCGIFHWADDR, &r) < 0 ? errno : 0;
-    if (!err)
-        std::memcpy(info.mac.data(), r.ifr_hwaddr.sa_data, 6);
-    if (!err)
-        err = ioctl(fd, SIOCGIFMTU, &r) < 0 ? errno : 0;
-    info.mtu = uint32_t(r.ifr_mtu);
-    ::close(fd);
-    if (err)
-        fail(err, fmt::format("afxdp transport: MAC/MTU of {}", ifname));
+    auto mac = util::iface_mac(ifname);
+    auto mtu = mac ? util::iface_mtu(ifname) : std::nullopt;
+    if (!mtu)
+        fail(errno, fmt::format("afxdp transport: MAC/MTU of {}", ifname));
+    std::memcpy(info.mac.data(), mac->data(), 6);
+    info.mtu = *mtu;
     return info;
 }
 
 class AfXdpTransport final : public Transport {
   public:
-    explicit AfXdpTransport(const AfXdpTransportConfig &cfg)
-        : cfg_(cfg),
-          tx_free_(cfg.rx_frames, cfg.tx_live_frames ? 0 : cfg.tx_frames, cfg.frame_size) {
+    explicit AfXdpTransport(const AfXdpTransportConfig &cfg) : cfg_(cfg) {
         uint32_t local = parse_ipv4(cfg.local_ip, "local address");
         uint32_t remote = parse_ipv4(cfg.remote_ip, "switch address");
         ifname_ = cfg.ifname.empty() ? iface_of(local, cfg.local_ip) : cfg.ifname;
@@ -153,7 +144,6 @@ class AfXdpTransport final : public Transport {
             auto feat = netdev::xdp_features(ifindex_);
             if (feat && !(*feat & netdev::kXdpActNdoXmit)) {
                 cfg_.tx_live_frames = false;
-                tx_free_ = FrameStack(cfg_.rx_frames, cfg_.tx_frames, cfg_.frame_size);
                 notes += (notes.empty() ? "" : ", ") + ("tx ring: no XDP transmit on " + ifname_);
             }
         }
@@ -188,28 +178,17 @@ class AfXdpTransport final : public Transport {
     size_t send_batch(std::span<const std::span<const std::byte>> pkts) override {
         if (live_)
             return send_live(pkts);
-        reap_completions();
-        uint32_t want = uint32_t(std::min({pkts.size(), tx_free_.available(), cfg_.batch}));
-        uint32_t idx = 0;
-        uint32_t n = want ? xsk_ring_prod__reserve(&tx(), want, &idx) : 0;
-        for (uint32_t i = 0; i < n; ++i) {
-            const auto &p = pkts[i];
-            uint64_t addr = *tx_free_.pop();
-            std::byte *frame = socks_.front()->frame(addr);
-            xdp_desc *d = xsk_ring_prod__tx_desc(&tx(), idx + i);
-            d->addr = addr;
-            d->len = uint32_t(put_frame(frame, p));
-        }
-        if (n) {
-            xsk_ring_prod__submit(&tx(), n);
-            kick_tx();
-        }
+        const size_t n = ring_->reserve(std::min(pkts.size(), cfg_.batch));
+        for (size_t i = 0; i < n; ++i)
+            ring_->set(i, uint32_t(put_frame(ring_->data(i), pkts[i])));
+        ring_->submit();
         return n;
     }
 
     size_t recv_views(std::span<std::span<const std::byte>> out, size_t) override {
         release_rx();
-        reap_completions();
+        if (ring_)
+            ring_->reap();
         size_t want = std::min(out.size(), cfg_.batch);
         frames_.clear();
         // Every queue's socket, starting one further each time: none starves.
@@ -245,8 +224,8 @@ class AfXdpTransport final : public Transport {
         timespec ts{time_t(ns / 1000000000), long(ns % 1000000000)};
         if (::ppoll(polls_.data(), polls_.size(), &ts, nullptr) < 0 && errno != EINTR)
             fail(errno, fmt::format("{}: ppoll", describe_));
-        if (want_send && !live_)
-            kick_tx();
+        if (want_send && ring_)
+            ring_->kick();
     }
 
     bool frames_grow_at_switch() const override { return live_ != nullptr; }
@@ -254,18 +233,21 @@ class AfXdpTransport final : public Transport {
     // In every error and timeout message: with follow_queues off, frames for
     // us on queues without a socket are the likely reason for a stall.
     std::string describe() const override {
-        uint64_t missed = skel_ ? __atomic_load_n(&skel_->bss->xsk_missed_total, __ATOMIC_RELAXED) : 0;
+        uint64_t missed =
+            skel_ ? __atomic_load_n(&skel_->bss->xsk_missed_total, __ATOMIC_RELAXED) : 0;
         if (!missed || cfg_.follow_queues)
             return describe_;
         std::string queues;
         for (uint32_t q = 0; q < INCXDP_XSK_MAX_QUEUES; ++q)
             if (__atomic_load_n(&skel_->bss->xsk_missed[q], __ATOMIC_RELAXED))
                 queues += (queues.empty() ? "" : ",") + std::to_string(q);
-        return fmt::format("{}; {} frame{} for it arrived on rx queue{} {} without a socket "
-                           "(follow_queues is off: steer them to queue {}, e.g. `ethtool -N {} flow-type "
-                           "udp4 dst-port {} action {}`, or turn it on)",
-                           describe_, missed, missed == 1 ? "" : "s", queues.find(',') == std::string::npos ? "" : "s",
-                           queues, cfg_.queue, ifname_, cfg_.local_port, cfg_.queue);
+        return fmt::format(
+            "{}; {} frame{} for it arrived on rx queue{} {} without a socket "
+            "(follow_queues is off: steer them to queue {}, e.g. `ethtool -N {} flow-type "
+            "udp4 dst-port {} action {}`, or turn it on)",
+            describe_, missed, missed == 1 ? "" : "s",
+            queues.find(',') == std::string::npos ? "" : "s", queues, cfg_.queue, ifname_,
+            cfg_.local_port, cfg_.queue);
     }
 
     // The kernel's own count (XDP_STATISTICS): a frame redirected here is
@@ -306,9 +288,9 @@ class AfXdpTransport final : public Transport {
 
     // The live-frame sender, and a probe of our largest frame.
     void setup_live(uint32_t mtu) {
-        live_ = std::make_unique<detail::LiveTx>(bpf_program__fd(skel_->progs.incxdp_xsk),
-                                                 bpf_map__fd(skel_->maps.incxdp_tx_frames),
-                                                 describe_);
+        live_ =
+            std::make_unique<detail::LiveTx>(bpf_program__fd(skel_->progs.incxdp_xsk),
+                                             bpf_map__fd(skel_->maps.incxdp_tx_frames), describe_);
         const size_t max_frame = kFrameHdrLen + cfg_.max_payload;
         if (max_frame > live_->slot_bytes() || (mtu && max_frame > mtu + 14))
             throw std::invalid_argument(
@@ -343,14 +325,17 @@ class AfXdpTransport final : public Transport {
         bind_queue(cfg_.queue, cfg_.tx_live_frames ? 0 : cfg_.tx_frames);
         if (cfg_.tx_live_frames)
             setup_live(mtu_);
+        else
+            ring_ = std::make_unique<detail::RingTx>(*socks_.front());
         attach();
     }
 
     // A socket on rx queue `queue`, in incxdp_xsks.
     void bind_queue(uint32_t queue, uint32_t tx_frames) {
         if (queue >= INCXDP_XSK_MAX_QUEUES)
-            throw std::invalid_argument(fmt::format("{}: rx queue {}: incxdp_xsk steers to queues 0..{} only",
-                                                    describe_, queue, INCXDP_XSK_MAX_QUEUES - 1));
+            throw std::invalid_argument(
+                fmt::format("{}: rx queue {}: incxdp_xsk steers to queues 0..{} only", describe_,
+                            queue, INCXDP_XSK_MAX_QUEUES - 1));
         XskQueueConfig q;
         q.ifname = ifname_;
         q.queue = queue;
@@ -363,7 +348,8 @@ class AfXdpTransport final : public Transport {
         int map_fd = bpf_map__fd(skel_->maps.incxdp_xsks);
         int xfd = sock->fd();
         if (bpf_map_update_elem(map_fd, &queue, &xfd, BPF_ANY) < 0)
-            fail(errno, fmt::format("{}: add the socket of rx queue {} to incxdp_xsks", describe_, queue));
+            fail(errno,
+                 fmt::format("{}: add the socket of rx queue {} to incxdp_xsks", describe_, queue));
         polls_.push_back({xfd, POLLIN, 0});
         socks_.push_back(std::move(sock));
         describe_queues();
@@ -383,7 +369,8 @@ class AfXdpTransport final : public Transport {
         for (uint32_t q = 0; q < INCXDP_XSK_MAX_QUEUES; ++q) {
             if (!__atomic_load_n(&skel_->bss->xsk_missed[q], __ATOMIC_RELAXED))
                 continue;
-            if (std::none_of(socks_.begin(), socks_.end(), [q](const auto &s) { return s->queue() == q; }))
+            if (std::none_of(socks_.begin(), socks_.end(),
+                             [q](const auto &s) { return s->queue() == q; }))
                 bind_queue(q, 0);
         }
     }
@@ -396,9 +383,10 @@ class AfXdpTransport final : public Transport {
             queues = std::to_string(cfg_.queue);
         if (!socks_.empty() && socks_.front()->zero_copy())
             notes += (notes.empty() ? "" : ", ") + std::string("zero-copy");
-        describe_ = fmt::format("afxdp {}:{} -> {}:{} on {} queue{} {}{}", cfg_.local_ip, cfg_.local_port,
-                                cfg_.remote_ip, cfg_.remote_port, ifname_, socks_.size() > 1 ? "s" : "",
-                                queues, notes.empty() ? "" : " (" + notes + ")");
+        describe_ =
+            fmt::format("afxdp {}:{} -> {}:{} on {} queue{} {}{}", cfg_.local_ip, cfg_.local_port,
+                        cfg_.remote_ip, cfg_.remote_port, ifname_, socks_.size() > 1 ? "s" : "",
+                        queues, notes.empty() ? "" : " (" + notes + ")");
     }
 
     // Two tools keep their state in the maps of the program on the
@@ -488,7 +476,8 @@ class AfXdpTransport final : public Transport {
 
     void teardown() {
         detach();
-        live_.reset(); // borrows the program and map of skel_
+        live_.reset();  // borrows the program and map of skel_
+        ring_.reset();  // borrows the first socket
         socks_.clear(); // a socket leaves incxdp_xsks when it closes
         if (skel_)
             incxdp_xsk__destroy(skel_);
@@ -504,54 +493,16 @@ class AfXdpTransport final : public Transport {
             sock->release();
     }
 
-    // The tx ring and its completions: the first socket's.
-    xsk_ring_prod &tx() { return socks_.front()->tx(); }
-
-    void reap_completions() {
-        if (live_)
-            return;
-        xsk_ring_cons &comp = socks_.front()->comp();
-        uint32_t idx = 0;
-        uint32_t n = xsk_ring_cons__peek(&comp, tx_free_.capacity(), &idx);
-        for (uint32_t i = 0; i < n; ++i)
-            tx_free_.push(*xsk_ring_cons__comp_addr(&comp, idx + i));
-        if (n)
-            xsk_ring_cons__release(&comp, n);
-    }
-
-    // Copy mode sends only inside sendto(), at most a budget of frames per
-    // call: call again while the kernel takes frames.
-    void kick_tx() {
-        for (int i = 0; i < 64; ++i) {
-            xsk_ring_prod &ring = tx();
-            if (xsk_prod_nb_free(&ring, ring.size) == ring.size) // ring empty: all taken
-                return;
-            uint32_t before = *ring.consumer;
-            if (::sendto(socks_.front()->fd(), nullptr, 0, MSG_DONTWAIT, nullptr, 0) >= 0)
-                continue;
-            if (errno == EAGAIN || errno == EBUSY || errno == ENOBUFS || errno == EINTR) {
-                // EBUSY: the device dropped a frame (a retransmission recovers it).
-                if (*ring.consumer == before)
-                    return; // no progress: wait for POLLOUT
-                continue;
-            }
-            if (errno == ENETDOWN || errno == ENXIO)
-                return; // link down: the retransmission timer keeps trying
-            fail(errno, fmt::format("{}: sendto (tx kick)", describe_));
-        }
-    }
-
     AfXdpTransportConfig cfg_;
     std::string ifname_, describe_, notes_;
     int ifindex_ = 0;
     uint32_t mtu_ = 0;
     std::optional<FrameTemplate> tmpl_;
-    FrameStack tx_free_; ///< tx frames follow the rx frames in the first socket's umem
 
     /// One per rx queue frames for us arrive on; the first (cfg_.queue) sends.
     std::vector<std::unique_ptr<XskQueueSocket>> socks_;
-    size_t next_sock_ = 0;     ///< the socket a receive starts with
-    uint64_t missed_seen_ = 0; ///< xsk_missed_total when follow_queues() last looked
+    size_t next_sock_ = 0;      ///< the socket a receive starts with
+    uint64_t missed_seen_ = 0;  ///< xsk_missed_total when follow_queues() last looked
     std::vector<pollfd> polls_; ///< one per socket, in socks_'s order
     incxdp_xsk *skel_ = nullptr;
 
@@ -560,6 +511,7 @@ class AfXdpTransport final : public Transport {
     bool attached_ = false;
 
     std::unique_ptr<detail::LiveTx> live_; ///< live-frame sending (tx_live_frames)
+    std::unique_ptr<detail::RingTx> ring_; ///< else the first socket's tx ring
 
     std::vector<std::span<const std::byte>> frames_; ///< the last receive's, all sockets
 };

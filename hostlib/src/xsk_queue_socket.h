@@ -37,6 +37,7 @@ class XskQueueSocket {
     XskQueueSocket &operator=(const XskQueueSocket &) = delete;
 
     uint32_t queue() const { return cfg_.queue; }
+    const XskQueueConfig &config() const { return cfg_; }
     bool zero_copy() const { return zero_copy_; }
     int fd() const { return xsk_socket__fd(xsk_); }
     std::byte *frame(uint64_t addr) const {

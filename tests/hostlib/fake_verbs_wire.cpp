@@ -11,6 +11,7 @@
 #include "fake_verbs_state.h"
 
 #include <incxdp/transport.h>
+#include <incxdp/util/iface.h>
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
@@ -42,8 +43,8 @@ const WireDev *wire_dev() {
             char buf[INET_ADDRSTRLEN];
             for (ifaddrs *a = all; a; a = a->ifa_next)
                 if (a->ifa_addr && a->ifa_addr->sa_family == AF_INET &&
-                    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in *>(a->ifa_addr)->sin_addr,
-                              buf, sizeof(buf)) &&
+                    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in *>(a->ifa_addr)->sin_addr, buf,
+                              sizeof(buf)) &&
                     d.ip == buf)
                     d.ifname = a->ifa_name;
             freeifaddrs(all);
@@ -53,12 +54,7 @@ const WireDev *wire_dev() {
             std::abort();
         }
         d.ifindex = if_nametoindex(d.ifname.c_str());
-        int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        ifreq r{};
-        std::strncpy(r.ifr_name, d.ifname.c_str(), IFNAMSIZ - 1);
-        d.mtu = fd >= 0 && ioctl(fd, SIOCGIFMTU, &r) == 0 ? uint32_t(r.ifr_mtu) : 1500;
-        if (fd >= 0)
-            close(fd);
+        d.mtu = incxdp::util::iface_mtu(d.ifname).value_or(1500);
         return d;
     }();
     return dev ? &*dev : nullptr;

@@ -192,10 +192,15 @@ struct AfXdpPeersConfig {
     uint32_t frame_size = 4096; ///< umem frame: one Ethernet frame each
     uint32_t rx_frames = 512;   ///< umem frames (fill ring) per socket
     size_t batch = 64;          ///< descriptors per ring operation, frames per send
+    /// umem frames of a tx ring on each interface's rx queue 0 socket (after
+    /// its rx frames); 0: none.
+    uint32_t tx_frames = 256;
     /// Send live frames through the interfaces' program (BPF_PROG_RUN, as
-    /// AfXdpTransportConfig::tx_live_frames). Off, or where an interface
-    /// cannot transmit XDP frames or the program has no incxdp_tx_frames:
-    /// max_frame() is 0 and the caller sends some other way.
+    /// AfXdpTransportConfig::tx_live_frames), where every interface can
+    /// transmit XDP frames and the program holds incxdp_tx_frames. With both
+    /// ways, INCXDP_XSK_TX=ring|live|auto picks per send_frames() call
+    /// (auto, the default: a few frames through the ring, a batch live).
+    /// Neither: max_frame() is 0 and the caller sends some other way.
     bool tx_live_frames = true;
     std::string describe; ///< who, for messages
 };
