@@ -54,7 +54,9 @@ incxdp_smi_chan *new_chan(incxdp_smi_runtime &rt, SMI_Datatype type, int port, i
     c.size = incxdp::smi::elem_size(type);
     c.per_msg = incxdp::smi::elems_per_msg(type);
     c.budget = static_cast<int64_t>(packets) * c.per_msg;
-    c.grant_chunk = std::max<int64_t>(1, c.budget / 8);
+    // Credits go back in chunks of B/8, but never so large that the
+    // elements a receiver holds back leave the sender less than a message.
+    c.grant_chunk = std::max<int64_t>(1, std::min<int64_t>(c.budget / 8, c.budget - c.per_msg + 1));
     c.eager = eager;
     return &c;
 }
@@ -82,61 +84,87 @@ void add_rx(incxdp_smi_chan *c, int src, int port, int op) {
     c->rx.push_back({src, port, op});
 }
 
-// Under rt.mu: the lane's message goes into the peer's batch.
-void send_msg(incxdp_smi_runtime &rt, SendLane &l, bool now) {
+// Under rt.mu: the lane's message goes into the peer's batch; credits it
+// reserved and did not fill go back to the stream.
+void send_msg(incxdp_smi_runtime &rt, incxdp_smi_chan &c, SendLane &l, bool now) {
     l.msg.elems_and_op =
         incxdp_smi_pack(static_cast<unsigned>(l.fill), static_cast<unsigned>(l.op));
     incxdp::smi::queue_msg(rt, l.dst, l.msg, now);
+    if (!c.eager)
+        rt.tx[stream_key(l.dst, l.port, l.op)].credits += l.reserved - l.fill;
     std::memset(l.msg.data, 0, sizeof(l.msg.data));
     l.fill = 0;
+    l.reserved = 0;
 }
 
-// One element on a lane; `last` ends the channel (the message and the
-// peer's batch go now).
-void push_lane(incxdp_smi_runtime &rt, incxdp_smi_chan &c, SendLane &l, const void *elem, bool last,
-               bool flush) {
+// n elements on a lane, under one lock: whole runs copied at once. A
+// rendezvous message takes a whole message's credits before its first
+// element, so the stream's message boundaries stay where SMI puts them
+// (every per_msg elements, or a flush) and a message never waits half
+// filled for credits its receiver cannot return before it gets it. `last`
+// ends the channel and `flush` sends the partial message (both: the peer's
+// batch goes now).
+void push_lane(incxdp_smi_runtime &rt, incxdp_smi_chan &c, SendLane &l, const void *data, size_t n,
+               bool last, bool flush) {
+    const auto *src = static_cast<const uint8_t *>(data);
     std::unique_lock<std::mutex> lk(rt.mu);
     incxdp::smi::TxStream &s = rt.tx[stream_key(l.dst, l.port, l.op)];
     incxdp::smi::Peer &p = rt.peers[l.dst];
-    if (!c.eager && s.credits <= 0 && l.fill > 0)
-        send_msg(rt, l, true); // the receiver needs it before it can grant more
-    wait_for(rt, lk, [&] {
-        return (c.eager || s.credits > 0) && p.unacked.size() < incxdp::smi::kMaxUnackedFrames;
-    });
-    if (!c.eager)
-        s.credits--;
-    std::memcpy(l.msg.data + l.fill * c.size, elem, c.size);
-    l.fill++;
-    if (l.fill == c.per_msg || last || flush)
-        send_msg(rt, l, last || flush);
+    for (size_t done = 0; done < n;) {
+        const bool starts = !c.eager && l.fill == 0;
+        wait_for(rt, lk, [&] {
+            return (!starts || s.credits >= c.per_msg) &&
+                   p.unacked.size() < incxdp::smi::kMaxUnackedFrames;
+        });
+        if (starts) {
+            s.credits -= c.per_msg;
+            l.reserved = c.per_msg;
+        }
+        const size_t k = std::min<size_t>(n - done, static_cast<size_t>(c.per_msg - l.fill));
+        std::memcpy(l.msg.data + l.fill * c.size, src + done * c.size, k * c.size);
+        l.fill += static_cast<int>(k);
+        done += k;
+        const bool end = done == n && (last || flush);
+        if (l.fill == c.per_msg || end)
+            send_msg(rt, c, l, end);
+    }
 }
 
-void pop_lane(incxdp_smi_runtime &rt, incxdp_smi_chan &c, RecvLane &l, void *elem) {
+// n elements of a lane, under one lock; credits go back every grant_chunk.
+void pop_lane(incxdp_smi_runtime &rt, incxdp_smi_chan &c, RecvLane &l, void *data, size_t n) {
+    auto *dst = static_cast<uint8_t *>(data);
     std::unique_lock<std::mutex> lk(rt.mu);
     RxStream &s = rt.rx[stream_key(l.src, l.port, l.op)];
-    wait_for(rt, lk, [&] { return !s.msgs.empty(); });
-    const incxdp_smi_msg &m = s.msgs.front();
-    const size_t n = incxdp_smi_elems(m.elems_and_op);
-    if (s.front_pos < n)
-        std::memcpy(elem, m.data + s.front_pos * c.size, c.size);
-    if (++s.front_pos >= n) {
-        s.msgs.pop_front();
-        s.front_pos = 0;
-        rt.rx_msgs--;
-    }
-    if (c.eager)
-        return;
-    if (++s.ungranted >= static_cast<uint64_t>(c.grant_chunk)) {
-        incxdp_smi_msg g{};
-        uint32_t credits = static_cast<uint32_t>(s.ungranted);
-        std::memcpy(g.data, &credits, 4);
-        g.data[4] = static_cast<uint8_t>(l.op);
-        g.src = static_cast<uint8_t>(rt.rank);
-        g.dst = static_cast<uint8_t>(l.src);
-        g.port = static_cast<uint8_t>(l.port);
-        g.elems_and_op = incxdp_smi_pack(0, INCXDP_SMI_OP_SYNCH);
-        s.ungranted = 0;
-        incxdp::smi::queue_msg(rt, l.src, g, true);
+    for (size_t done = 0; done < n;) {
+        wait_for(rt, lk, [&] { return !s.msgs.empty(); });
+        const incxdp_smi_msg &m = s.msgs.front();
+        const size_t in_msg = incxdp_smi_elems(m.elems_and_op);
+        const size_t k = std::min(n - done, in_msg > s.front_pos ? in_msg - s.front_pos : 0);
+        std::memcpy(dst + done * c.size, m.data + s.front_pos * c.size, k * c.size);
+        // A message without elements (none is sent) still counts as one.
+        const size_t took = std::max<size_t>(k, 1);
+        done += took;
+        s.front_pos += took;
+        if (s.front_pos >= in_msg) {
+            s.msgs.pop_front();
+            s.front_pos = 0;
+            rt.rx_msgs--;
+        }
+        if (c.eager)
+            continue;
+        s.ungranted += took;
+        if (s.ungranted >= static_cast<uint64_t>(c.grant_chunk)) {
+            incxdp_smi_msg g{};
+            uint32_t credits = static_cast<uint32_t>(s.ungranted);
+            std::memcpy(g.data, &credits, 4);
+            g.data[4] = static_cast<uint8_t>(l.op);
+            g.src = static_cast<uint8_t>(rt.rank);
+            g.dst = static_cast<uint8_t>(l.src);
+            g.port = static_cast<uint8_t>(l.port);
+            g.elems_and_op = incxdp_smi_pack(0, INCXDP_SMI_OP_SYNCH);
+            s.ungranted = 0;
+            incxdp::smi::queue_msg(rt, l.src, g, true);
+        }
     }
 }
 
@@ -200,9 +228,11 @@ incxdp_smi_chan &chan_of(incxdp_smi_chan *c, const char *fn) {
     return *c;
 }
 
-void check_calls(incxdp_smi_chan &c, uint64_t limit, const char *fn) {
-    if (c.calls >= limit)
-        die(fn, fmt::format("channel already moved its {} elements", limit));
+void check_calls(incxdp_smi_chan &c, uint64_t limit, const char *fn, uint64_t n = 1) {
+    if (c.calls + n > limit)
+        die(fn, n == 1 ? fmt::format("channel already moved its {} elements", limit)
+                       : fmt::format("{} more elements exceed the channel's {} ({} moved)", n,
+                                     limit, c.calls));
 }
 
 incxdp_smi_runtime *g_rt = nullptr; // SMI_Comm is a value; one runtime per process
@@ -285,7 +315,7 @@ void SMI_Push_flush(SMI_Channel *chan, void *data, int immediate) {
         die("SMI_Push", "not a send channel");
     check_calls(c, static_cast<uint64_t>(chan->count), "SMI_Push");
     const bool last = ++c.calls == static_cast<uint64_t>(chan->count);
-    push_lane(*g_rt, c, c.tx[0], data, last, immediate != 0);
+    push_lane(*g_rt, c, c.tx[0], data, 1, last, immediate != 0);
 }
 void SMI_Push(SMI_Channel *chan, void *data) {
     SMI_Push_flush(chan, data, 0);
@@ -297,20 +327,28 @@ void SMI_Pop(SMI_Channel *chan, void *data) {
         die("SMI_Pop", "not a receive channel");
     check_calls(c, static_cast<uint64_t>(chan->count), "SMI_Pop");
     c.calls++;
-    pop_lane(*g_rt, c, c.rx[0], data);
+    pop_lane(*g_rt, c, c.rx[0], data, 1);
 }
 
 void incxdp_smi_push_n(SMI_Channel *chan, const void *data, size_t n) {
-    const auto *p = static_cast<const uint8_t *>(data);
-    const int size = incxdp::smi::elem_size(chan->type);
-    for (size_t i = 0; i < n; i++)
-        SMI_Push(chan, const_cast<uint8_t *>(p + i * size));
+    incxdp_smi_chan &c = chan_of(chan->impl, "incxdp_smi_push_n");
+    if (c.tx.empty())
+        die("incxdp_smi_push_n", "not a send channel");
+    check_calls(c, static_cast<uint64_t>(chan->count), "incxdp_smi_push_n", n);
+    if (n == 0)
+        return;
+    c.calls += n;
+    push_lane(*g_rt, c, c.tx[0], data, n, c.calls == static_cast<uint64_t>(chan->count), false);
 }
 void incxdp_smi_pop_n(SMI_Channel *chan, void *data, size_t n) {
-    auto *p = static_cast<uint8_t *>(data);
-    const int size = incxdp::smi::elem_size(chan->type);
-    for (size_t i = 0; i < n; i++)
-        SMI_Pop(chan, p + i * size);
+    incxdp_smi_chan &c = chan_of(chan->impl, "incxdp_smi_pop_n");
+    if (c.rx.empty())
+        die("incxdp_smi_pop_n", "not a receive channel");
+    check_calls(c, static_cast<uint64_t>(chan->count), "incxdp_smi_pop_n", n);
+    if (n == 0)
+        return;
+    c.calls += n;
+    pop_lane(*g_rt, c, c.rx[0], data, n);
 }
 
 SMI_BChannel SMI_Open_bcast_channel_ad(int count, SMI_Datatype type, int port, int root,
@@ -338,9 +376,9 @@ void SMI_Bcast(SMI_BChannel *chan, void *data) {
     const bool last = ++c.calls == static_cast<uint64_t>(chan->count);
     if (g_rt->rank == chan->root) {
         for (SendLane &l : c.tx)
-            push_lane(*g_rt, c, l, data, last, false);
+            push_lane(*g_rt, c, l, data, 1, last, false);
     } else {
-        pop_lane(*g_rt, c, c.rx[0], data);
+        pop_lane(*g_rt, c, c.rx[0], data, 1);
     }
 }
 
@@ -370,14 +408,14 @@ void SMI_Reduce(SMI_RChannel *chan, void *data_snd, void *data_rcv) {
     check_calls(c, static_cast<uint64_t>(chan->count), "SMI_Reduce");
     const bool last = ++c.calls == static_cast<uint64_t>(chan->count);
     if (g_rt->rank != chan->root) {
-        push_lane(*g_rt, c, c.tx[0], data_snd, last, false);
+        push_lane(*g_rt, c, c.tx[0], data_snd, 1, last, false);
         return;
     }
     alignas(8) uint8_t acc[8], x[8];
     init_acc(c.type, chan->op, acc);
     fold(c.type, chan->op, acc, data_snd);
     for (RecvLane &l : c.rx) {
-        pop_lane(*g_rt, c, l, x);
+        pop_lane(*g_rt, c, l, x, 1);
         fold(c.type, chan->op, acc, x);
     }
     std::memcpy(data_rcv, acc, c.size);
@@ -407,7 +445,7 @@ void SMI_Scatter(SMI_ScatterChannel *chan, void *data_snd, void *data_rcv) {
     if (rt.rank != chan->root) {
         check_calls(c, static_cast<uint64_t>(chan->recv_count), "SMI_Scatter");
         c.calls++;
-        pop_lane(rt, c, c.rx[0], data_rcv);
+        pop_lane(rt, c, c.rx[0], data_rcv, 1);
         return;
     }
     const uint64_t per = static_cast<uint64_t>(chan->send_count);
@@ -417,7 +455,7 @@ void SMI_Scatter(SMI_ScatterChannel *chan, void *data_snd, void *data_rcv) {
     if (dst == rt.rank)
         std::memcpy(data_rcv, data_snd, c.size);
     else
-        push_lane(rt, c, c.tx[dst], data_snd, k % per == per - 1, false);
+        push_lane(rt, c, c.tx[dst], data_snd, 1, k % per == per - 1, false);
 }
 
 SMI_GatherChannel SMI_Open_gather_channel_ad(int send_count, int recv_count, SMI_Datatype type,
@@ -444,7 +482,7 @@ void SMI_Gather(SMI_GatherChannel *chan, void *send_data, void *rcv_data) {
     if (rt.rank != chan->root) {
         check_calls(c, static_cast<uint64_t>(chan->send_count), "SMI_Gather");
         const bool last = ++c.calls == static_cast<uint64_t>(chan->send_count);
-        push_lane(rt, c, c.tx[0], send_data, last, false);
+        push_lane(rt, c, c.tx[0], send_data, 1, last, false);
         return;
     }
     const uint64_t per = static_cast<uint64_t>(chan->recv_count);
@@ -454,7 +492,13 @@ void SMI_Gather(SMI_GatherChannel *chan, void *send_data, void *rcv_data) {
     if (src == rt.rank)
         std::memcpy(rcv_data, send_data, c.size);
     else
-        pop_lane(rt, c, c.rx[src], rcv_data);
+        pop_lane(rt, c, c.rx[src], rcv_data, 1);
+}
+
+int incxdp_smi_hops(SMI_Comm comm, int rank) {
+    incxdp_smi_runtime &rt = rt_of(comm, "incxdp_smi_hops");
+    check_rank(rt, rank, "rank", "incxdp_smi_hops");
+    return rank == rt.rank ? 0 : rt.hops[rank];
 }
 
 void incxdp_smi_get_stats(SMI_Comm comm, struct incxdp_smi_stats *out) {

@@ -52,31 +52,41 @@ void send_frames(incxdp_smi_runtime &rt, std::span<const mesh::OutFrame> frames)
     rt.link->send(frames);
 }
 
-// Under rt.mu: one frame to dst with an ack for dst's stream in front and
-// the given messages; sequenced (and kept until acked) if it carries any.
-void send_frame(incxdp_smi_runtime &rt, int dst, const incxdp_smi_msg *msgs, size_t n) {
+// Under rt.mu: frames to dst, each with an ack for dst's stream in front and
+// up to rt.max_msgs of the messages (none: one ack-only frame), in one send.
+// Frames with messages are sequenced and kept until acked.
+void send_msgs(incxdp_smi_runtime &rt, int dst, const incxdp_smi_msg *msgs, size_t n) {
     Peer &p = rt.peers[dst];
     if (!p.reachable)
         throw std::runtime_error(
             fmt::format("SMI rank {}: no route to rank {} in {}", rt.rank, dst, rt.cabling.source));
-    std::vector<uint8_t> b((n + 1) * INCXDP_SMI_MSG_LEN);
-    const uint32_t seq = n ? p.next_seq++ : 0;
-    incxdp_smi_msg ack = link_ack(rt.rank, dst, p.rx_expected);
-    std::memcpy(b.data(), &ack, sizeof(ack));
-    if (n)
-        std::memcpy(b.data() + INCXDP_SMI_MSG_LEN, msgs, n * INCXDP_SMI_MSG_LEN);
-    p.ack_due = false;
-    const mesh::OutFrame f = out_frame(dst, seq, b);
-    send_frames(rt, {&f, 1});
-    rt.stats.frames_sent++;
-    rt.stats.msgs_sent += n;
-    if (n) {
-        if (p.unacked.empty())
-            p.backoff = 0;
-        p.unacked.push_back({seq, std::move(b), Clock::now()});
-        rt.stats.unacked_high_water =
-            std::max<uint64_t>(rt.stats.unacked_high_water, p.unacked.size());
+    const incxdp_smi_msg ack = link_ack(rt.rank, dst, p.rx_expected);
+    p.ack_due = p.ack_now = false;
+    p.frames_unacked = 0;
+    const auto now = Clock::now();
+    if (p.unacked.empty())
+        p.backoff = 0;
+    thread_local std::vector<uint8_t> ack_only;
+    thread_local std::vector<mesh::OutFrame> out;
+    out.clear();
+    if (n == 0) {
+        ack_only.assign(INCXDP_SMI_MSG_LEN, 0);
+        std::memcpy(ack_only.data(), &ack, sizeof(ack));
+        out.push_back(out_frame(dst, 0, ack_only));
     }
+    for (size_t i = 0; i < n; i += rt.max_msgs) {
+        const size_t k = std::min(rt.max_msgs, n - i);
+        std::vector<uint8_t> b((k + 1) * INCXDP_SMI_MSG_LEN);
+        std::memcpy(b.data(), &ack, sizeof(ack));
+        std::memcpy(b.data() + INCXDP_SMI_MSG_LEN, msgs + i, k * INCXDP_SMI_MSG_LEN);
+        const uint32_t seq = p.next_seq++;
+        p.unacked.push_back({seq, std::move(b), now});
+        out.push_back(out_frame(dst, seq, p.unacked.back().bytes));
+    }
+    send_frames(rt, out);
+    rt.stats.frames_sent += out.size();
+    rt.stats.msgs_sent += n;
+    rt.stats.unacked_high_water = std::max<uint64_t>(rt.stats.unacked_high_water, p.unacked.size());
 }
 
 // Under rt.mu: a data or credit message from a frame accepted in order.
@@ -145,9 +155,15 @@ void on_frame(incxdp_smi_runtime &rt, const mesh::InFrame &f) {
     const uint32_t seq = f.session;
     if (seq == 0)
         return;
-    p.ack_due = true; // also for duplicates and gaps: tells the sender where we are
-    if (seq != p.rx_expected)
+    // Also for duplicates and gaps: tells the sender where we are.
+    if (!p.ack_due)
+        p.ack_due_since = Clock::now();
+    p.ack_due = true;
+    p.frames_unacked++;
+    if (seq != p.rx_expected) {
+        p.ack_now = true;
         return;
+    }
     for (size_t i = 0; i < n; i++)
         if (!fits(rt, msg(i)))
             return;
@@ -184,9 +200,7 @@ void resend_overdue(incxdp_smi_runtime &rt) {
 
 // Sleeps in poll() on the link's sockets and receives what arrives; while an
 // application thread receives itself (wait_for), on the wake eventfd only,
-// looking again every millisecond. Partial batches leave after a quiet
-// millisecond: while frames flow, the application's waits flush them, and
-// messages sent one poll round apart would not share frames.
+// looking again every millisecond (delayed acks, old batches, resends).
 void progress_loop(incxdp_smi_runtime &rt) {
     std::vector<pollfd> pfds{{rt.wake, POLLIN, 0}};
     if (rt.link)
@@ -202,7 +216,7 @@ void progress_loop(incxdp_smi_runtime &rt) {
         if (app && rt.app_polling.load() > 0)
             continue;
         std::lock_guard<std::mutex> g(rt.mu);
-        progress_once(rt, ready == 0);
+        progress_once(rt);
     }
 }
 
@@ -281,8 +295,7 @@ void wake_progress(incxdp_smi_runtime &rt) {
 
 void flush_peer(incxdp_smi_runtime &rt, int dst) {
     Peer &p = rt.peers[dst];
-    for (size_t i = 0; i < p.batch.size(); i += rt.max_msgs)
-        send_frame(rt, dst, p.batch.data() + i, std::min(rt.max_msgs, p.batch.size() - i));
+    send_msgs(rt, dst, p.batch.data(), p.batch.size());
     p.batch.clear();
 }
 
@@ -293,24 +306,33 @@ void flush_all(incxdp_smi_runtime &rt) {
 }
 
 void queue_msg(incxdp_smi_runtime &rt, int dst, const incxdp_smi_msg &m, bool now) {
+    if (dst == rt.rank) { // SMI's CK_S hands these to its own CK_R
+        take(rt, m);
+        rt.cv.notify_all();
+        return;
+    }
     Peer &p = rt.peers[dst];
+    if (p.batch.empty())
+        p.batch_since = Clock::now();
     p.batch.push_back(m);
-    if (now || p.batch.size() >= rt.max_msgs)
+    if (now || p.batch.size() >= rt.max_msgs * kFramesPerSend)
         flush_peer(rt, dst);
 }
 
-size_t progress_once(incxdp_smi_runtime &rt, bool flush_batches) {
+size_t progress_once(incxdp_smi_runtime &rt) {
     thread_local std::vector<mesh::InFrame> in(kRecvBatch);
     // Under rt.mu: the link is not thread-safe and application threads send.
     const size_t got = rt.link ? rt.link->recv(in) : 0;
     for (size_t i = 0; i < got; i++)
         on_frame(rt, in[i]);
+    const auto now = Clock::now();
     for (size_t d = 0; d < rt.peers.size(); d++) {
         Peer &p = rt.peers[d];
-        if (flush_batches && !p.batch.empty())
+        if (!p.batch.empty() && now - p.batch_since >= kBatchAge)
             flush_peer(rt, static_cast<int>(d));
-        else if (p.ack_due)
-            send_frame(rt, static_cast<int>(d), nullptr, 0);
+        else if (p.ack_due && (p.ack_now || p.frames_unacked >= kAckEveryFrames ||
+                               now - p.ack_due_since >= kAckDelay))
+            send_msgs(rt, static_cast<int>(d), nullptr, 0);
     }
     resend_overdue(rt);
     if (got)

@@ -44,6 +44,17 @@ inline constexpr size_t kMaxUnackedFrames = 1024;
 // A yield that took longer gave the core to another thread: a busy wait
 // stops polling then.
 inline constexpr auto kYieldContended = std::chrono::microseconds(30);
+// A frame's ack rides on the next frame to its sender; one goes alone only
+// after this delay, after this many frames, or at once for a gap or a
+// duplicate (the sender's go-back-N needs to know). An ack-only frame costs
+// a send on each side, which doubled a ping-pong's round trip.
+inline constexpr auto kAckDelay = std::chrono::microseconds(500);
+inline constexpr uint32_t kAckEveryFrames = 16;
+// A partial batch leaves once its oldest message waited this long.
+inline constexpr auto kBatchAge = std::chrono::milliseconds(1);
+// A streaming sender's full frames leave this many at a time: one send call
+// has a fixed cost far above a frame's.
+inline constexpr size_t kFramesPerSend = 8;
 
 int elem_size(SMI_Datatype t);     // bytes
 int elems_per_msg(SMI_Datatype t); // 28 char, 14 short, 7 int/float, 3 double
@@ -74,11 +85,15 @@ struct SentFrame {
 struct Peer {
     bool reachable = false;            // the cabling has a route to it
     std::vector<incxdp_smi_msg> batch; // complete messages waiting for a frame
+    Clock::time_point batch_since;     // when the batch's first message came
     uint32_t next_seq = 1;             // 0 = unsequenced (ack-only frames)
     std::deque<SentFrame> unacked;
     int backoff = 0; // consecutive timeouts of the oldest frame
     uint32_t rx_expected = 1;
-    bool ack_due = false;
+    bool ack_due = false;        // frames received since the last ack sent
+    bool ack_now = false;        // a gap or a duplicate among them
+    uint32_t frames_unacked = 0; // how many
+    Clock::time_point ack_due_since;
 };
 
 // One direction of a channel towards (or from) one peer.
@@ -86,6 +101,7 @@ struct SendLane {
     int dst = 0, port = 0, op = 0;
     incxdp_smi_msg msg{}; // being filled
     int fill = 0;
+    int reserved = 0; // credits the message took (rendezvous)
 };
 struct RecvLane {
     int src = 0, port = 0, op = 0;
@@ -156,14 +172,14 @@ void finish(incxdp_smi_runtime &rt);
 // port_owner). Throws if they are not installed or do not match the cabling.
 void read_ck_tables(incxdp_smi_runtime &rt, const std::string &pin_dir);
 
-// Under rt.mu: the message goes into the peer's batch (a frame leaves when
-// the batch is full or `now`), or on the wire at once.
+// Under rt.mu: the message goes into the peer's batch; the batch leaves
+// `now`, or when it fills kFramesPerSend frames, or once it is kBatchAge old.
 void queue_msg(incxdp_smi_runtime &rt, int dst, const incxdp_smi_msg &m, bool now);
 void flush_peer(incxdp_smi_runtime &rt, int dst);
 void flush_all(incxdp_smi_runtime &rt);
-// Under rt.mu: one receive round (frames in, acks out, and the batches if
-// `flush_batches`); the number of frames received.
-size_t progress_once(incxdp_smi_runtime &rt, bool flush_batches);
+// Under rt.mu: one receive round (frames in; acks, old batches and overdue
+// frames out); the number of frames received.
+size_t progress_once(incxdp_smi_runtime &rt);
 // Tells the progress thread to receive again (an application thread stopped
 // polling and sleeps).
 void wake_progress(incxdp_smi_runtime &rt);
@@ -185,7 +201,7 @@ void wait_for(incxdp_smi_runtime &rt, std::unique_lock<std::mutex> &lk, Pred pre
         rt.app_polling.fetch_add(1);
         bool contended = false;
         while (!pred() && !contended && Clock::now() < until) {
-            if (progress_once(rt, false) == 0) {
+            if (progress_once(rt) == 0) {
                 lk.unlock(); // other threads of the program, other ranks on the core
                 const auto t = Clock::now();
                 std::this_thread::yield();

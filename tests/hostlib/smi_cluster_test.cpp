@@ -101,6 +101,28 @@ TEST_F(SmiCluster, LossOnEveryLinkCostsResendsNotElements) {
                                                           << r.out;
 }
 
+// tests/smi/smi_conformance.c, written from SMI's documentation alone (not
+// from this project's checker): every type point to point between all pairs
+// at once, the collectives with roots 0, 5 and 7, sleeping ends, flushes.
+// rot=2 picks the buffer sizes per test; rot=0 (the program's default) gives
+// float/1000 elements a 4-packet buffer, where all-pairs traffic can stall.
+// Its default buffer sizes once hung all-pairs p2p (a message split by
+// credits left its last element unsent); `rot=1` shifts them; `self` sends
+// to the rank's own number.
+TEST_F(SmiCluster, IndependentConformanceProgramOnTorus8) {
+    CmdResult r = smi_run("torus8.json", std::string(SMI_CONFORMANCE) + " self", 120);
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("smi_conformance: all checks passed on 8 ranks"), std::string::npos)
+        << r.out;
+    expect_gone();
+    r = smi_run("torus8.json", std::string(SMI_CONFORMANCE) + " rot=1", 120);
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("smi_conformance: all checks passed on 8 ranks"), std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("smi run: all 8 ranks exited 0"), std::string::npos) << r.out;
+    expect_gone();
+}
+
 TEST_F(SmiCluster, FailedRanksAreNamed) {
     CmdResult r = smi_run("torus8.json",
                           "sh -c 'test $INCXDP_SMI_RANK -ne 3 && test $INCXDP_SMI_RANK -ne 6'", 30);

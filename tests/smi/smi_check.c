@@ -35,6 +35,7 @@ static int rank, nranks;
 	} while (0)
 
 static const SMI_Datatype types[] = {SMI_INT, SMI_FLOAT, SMI_DOUBLE, SMI_CHAR, SMI_SHORT};
+static void run_bulk_mix(void);
 static const char *type_names[] = {"?", "int", "float", "double", "char", "short"};
 
 
@@ -116,6 +117,14 @@ static void run_p2p(void)
 	 * rank + 5 (3 hops on the torus, up to 7 on the chain). */
 	int near = (rank ^ 1) < nranks ? (rank ^ 1) : rank;
 	int far_to = (rank + 5) % nranks, far_from = (rank + nranks - 5) % nranks;
+	/* The routes the launcher installed: rank ^ 1 is a neighbour on every
+	 * shipped cabling, and every rank is reachable. */
+	if (incxdp_smi_hops(comm, rank) != 0 || incxdp_smi_hops(comm, near) != 1)
+		FAIL("hops: %d to itself, %d to neighbour %d", incxdp_smi_hops(comm, rank),
+		     incxdp_smi_hops(comm, near), near);
+	for (int r = 0; r < nranks; r++)
+		if (r != rank && (incxdp_smi_hops(comm, r) < 1 || incxdp_smi_hops(comm, r) >= nranks))
+			FAIL("hops: %d to rank %d", incxdp_smi_hops(comm, r), r);
 	for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++)
 		for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
 			int tag = (int)(ti * 16 + li);
@@ -157,6 +166,80 @@ static void run_p2p(void)
 			FAIL("bulk: last element is %d", last);
 	}
 	free(buf);
+	run_bulk_mix();
+}
+
+/* Element e of the bulk mix, as the bytes of the type (chars wrap). */
+static void mix_value(SMI_Datatype t, int e, void *out)
+{
+	switch (t) {
+	case SMI_INT:
+		*(int32_t *)out = e * 7 - 3;
+		break;
+	case SMI_FLOAT:
+		*(float *)out = (float)e + 0.5f;
+		break;
+	case SMI_DOUBLE:
+		*(double *)out = e * 0.25 - 9;
+		break;
+	case SMI_CHAR:
+		*(char *)out = (char)(e * 5 + 1);
+		break;
+	case SMI_SHORT:
+		*(int16_t *)out = (int16_t)(e * 3 - 1000);
+		break;
+	}
+}
+
+/*
+ * Bulk and single calls mixed on one channel, rank 3 -> rank 6 (3 hops on
+ * the torus), every type: the sender pushes runs of 1 to 39 elements, every
+ * third a flushed single element (a partial message), through a one-packet
+ * buffer (credits end runs mid-message) and an eager channel; the receiver
+ * pops runs of other lengths across message boundaries.
+ */
+static void run_bulk_mix(void)
+{
+	const int n = 3001, src = 3, dst = nranks > 6 ? 6 : nranks - 1;
+	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+		for (int ad = 1; ad >= -4; ad -= 5) {
+			SMI_Datatype t = types[ti];
+			int sz = t == SMI_DOUBLE ? 8 : t == SMI_SHORT ? 2 : t == SMI_CHAR ? 1 : 4;
+			int port = 20 + 2 * (int)ti + (ad < 0);
+			unsigned char *buf = malloc((size_t)n * sz), *want = malloc((size_t)n * sz);
+			for (int e = 0; e < n; e++)
+				mix_value(t, e, want + (size_t)e * sz);
+			if (rank == src) {
+				SMI_Channel ch = SMI_Open_send_channel_ad(n, t, dst, port, comm, ad);
+				for (int e = 0, run = 1; e < n; run++) {
+					int k = run % 3 == 0 ? 1 : run % 40;
+					if (k > n - e)
+						k = n - e;
+					if (run % 3 == 0)
+						SMI_Push_flush(&ch, want + (size_t)e * sz, 1);
+					else
+						incxdp_smi_push_n(&ch, want + (size_t)e * sz, (size_t)k);
+					e += k;
+				}
+			} else if (rank == dst) {
+				SMI_Channel ch = SMI_Open_receive_channel_ad(n, t, src, port, comm, ad);
+				for (int e = 0, run = 1; e < n; run++) {
+					int k = (run * 13) % 57 + 1;
+					if (k > n - e)
+						k = n - e;
+					if (k == 1)
+						SMI_Pop(&ch, buf + (size_t)e * sz);
+					else
+						incxdp_smi_pop_n(&ch, buf + (size_t)e * sz, (size_t)k);
+					e += k;
+				}
+				for (int e = 0; e < n; e++)
+					if (memcmp(buf + (size_t)e * sz, want + (size_t)e * sz, sz))
+						FAIL("bulk mix %s ad %d: element %d differs", type_names[t], ad, e);
+			}
+			free(buf);
+			free(want);
+		}
 }
 
 /* ---- collectives ---- */

@@ -153,6 +153,9 @@ struct incxdp_smi_stats {
 	uint64_t unacked_high_water; /* most frames ever waiting for an ack */
 };
 void incxdp_smi_get_stats(SMI_Comm comm, struct incxdp_smi_stats *out);
+/* Cables between this rank and `rank` on the installed routes: 0 for this
+ * rank, -1 if unreachable. */
+int incxdp_smi_hops(SMI_Comm comm, int rank);
 
 #ifdef __cplusplus
 }
