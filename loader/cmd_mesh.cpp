@@ -23,6 +23,7 @@ static void add_run(CLI::App *mesh) {
         CommonFlags flags;
         std::string ifaces, pin_dir, relay, topology, config, mode, state_file;
         uint32_t max_hops = 0;
+        uint32_t hello_ms = 0, dead_ms = 0; // 0: Timers' defaults
         bool no_xdp = false;
     };
     auto a = std::make_shared<Args>();
@@ -47,6 +48,10 @@ static void add_run(CLI::App *mesh) {
                     "state file (default /run/incxdp/mesh<pin dir>/mesh.json)");
     cmd->add_flag("--no-xdp", a->no_xdp,
                   "discovery and routes only: attach no relay, write no maps");
+    cmd->add_option("--hello-ms", a->hello_ms, "hello on every interface this often (default 100)");
+    cmd->add_option("--dead-ms", a->dead_ms,
+                    "a neighbour not heard this long is down (default 400); raise it where a "
+                    "loaded host may not run the daemon for that long");
     cmd->callback([a, o_ifaces, o_pin, o_relay, o_hops, o_topo, o_mode] {
         set_library_verbosity(a->flags.verbose);
         KnobSet flags;
@@ -68,6 +73,10 @@ static void add_run(CLI::App *mesh) {
         opts.knobs = resolve_knobs(flags, env, file, relay_default_pin_dir());
         opts.xdp = !a->no_xdp;
         opts.state_file = a->state_file;
+        if (a->hello_ms)
+            opts.timers.hello_ms = a->hello_ms;
+        if (a->dead_ms)
+            opts.timers.dead_ms = a->dead_ms;
         run_daemon(opts);
     });
 }

@@ -314,6 +314,11 @@ void Daemon::receive(size_t idx, uint64_t now) {
 }
 
 void Daemon::tick(uint64_t now) {
+    // Hellos that queued while this process was not running count first: a
+    // daemon descheduled past dead_ms on a loaded host must not declare its
+    // neighbours dead with their hellos unread in its sockets.
+    for (size_t i = 0; i < ifaces_.size(); i++)
+        receive(i, now);
     for (size_t i = 0; i < ifaces_.size(); i++) {
         const bool up = iface_up(ifaces_[i].fd, ifaces_[i].name);
         if (up != ifaces_[i].up) {
@@ -484,6 +489,13 @@ void Daemon::run() {
 } // namespace
 
 void run_daemon(const DaemonOptions &opts) {
+    const Timers &t = opts.timers;
+    // Hellos carry both as u16; a dead interval within one hello interval
+    // would drop every neighbour between two hellos.
+    if (t.hello_ms == 0 || t.hello_ms > 0xffff || t.dead_ms > 0xffff || t.dead_ms <= t.hello_ms)
+        throw MeshError(fmt::format("timers: hello {} ms, dead {} ms: need 1 <= hello < dead <= "
+                                    "65535",
+                                    t.hello_ms, t.dead_ms));
     Daemon d(opts);
     d.run();
 }

@@ -21,7 +21,7 @@ namespace incxdp::mesh {
 
 struct Timers {
     uint32_t hello_ms = 100;        // hello on every interface this often
-    uint32_t dead_ms = 400;         // 4 missed hellos: the neighbour is down
+    uint32_t dead_ms = 400;         // 4 missed hellos: the neighbour is down (--dead-ms)
     uint32_t lsa_refresh_ms = 1000; // re-originate our LSA this often (and on change)
     uint32_t lsa_max_age_ms = 4000; // forget a node whose LSA was not refreshed for this long
 };

@@ -51,6 +51,16 @@ double env_double(const char *name, double dflt) {
     return v;
 }
 
+// The node's link: AF_XDP where the relay can deliver into sockets (else
+// a one-line notice and the UDP socket), INCXDP_MESH_AF_XDP=0 the UDP
+// socket only.
+std::unique_ptr<Link> open_endpoint_link(const std::string &pin_dir) {
+    const char *x = getenv("INCXDP_MESH_AF_XDP");
+    if (x && strcmp(x, "0") == 0)
+        return open_udp_link(pin_dir);
+    return open_xdp_link(pin_dir, "mesh endpoint");
+}
+
 } // namespace
 
 Options Options::from_env() {
@@ -319,8 +329,8 @@ struct Endpoint::Impl {
 };
 
 Endpoint::Endpoint(const Options &o)
-    : impl_(std::make_unique<Impl>(open_udp_link(o.pin_dir.empty() ? default_pin_dir() : o.pin_dir),
-                                   o)) {}
+    : impl_(std::make_unique<Impl>(
+          open_endpoint_link(o.pin_dir.empty() ? default_pin_dir() : o.pin_dir), o)) {}
 
 Endpoint::Endpoint(std::unique_ptr<Link> link, const Options &o)
     : impl_(std::make_unique<Impl>(std::move(link), o)) {}
@@ -551,15 +561,17 @@ void Endpoint::wait(int max_ms) {
     for (auto &[id, c] : impl_->conns)
         if (!c->unsent.empty() && c->snd_nxt - c->snd_una < c->inflight.size())
             busy = true;
-    int fd = impl_->link->poll_fd();
     if (busy || max_ms <= 0)
         return;
-    if (fd < 0) {
+    // Every socket recv() reads: the AF_XDP ones and the UDP one.
+    std::vector<pollfd> fds;
+    for (int fd : impl_->link->poll_fds())
+        fds.push_back({fd, POLLIN, 0});
+    if (fds.empty()) {
         std::this_thread::sleep_for(std::chrono::microseconds(100));
         return;
     }
-    pollfd p{fd, POLLIN, 0};
-    ::poll(&p, 1, std::min(max_ms, 2)); // timers need a look every few ms
+    ::poll(fds.data(), fds.size(), std::min(max_ms, 2)); // timers need a look every few ms
 }
 
 uint32_t Endpoint::peer_node(const Comm *c) const {

@@ -5,14 +5,17 @@
 #include <incxdp/relay.h>
 #include <incxdp/transport.h>
 #include <incxdp/util/fd.h>
+#include <incxdp/util/iface.h>
 
 #include <bpf/bpf.h>
 #include <fmt/format.h>
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <linux/bpf.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -22,7 +25,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -32,6 +34,7 @@ namespace incxdp::mesh {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using util::Fd;
 
 // Routes move when the daemon reconverges; a cached one is re-read this often.
 constexpr auto kRouteTtl = std::chrono::milliseconds(100);
@@ -42,6 +45,7 @@ constexpr size_t kRxBuf = 9216 + 64; // the largest MTU the topologies take, wit
 // (frames the relay delivered to the stack before the sockets were bound).
 constexpr uint32_t kXskFrameSize = 4096;
 constexpr uint32_t kXskRxFrames = 512;
+constexpr uint32_t kXskRxRoom = kXskFrameSize - XDP_PACKET_HEADROOM; // what copy mode writes
 constexpr unsigned kUdpEvery = 32;
 constexpr size_t kEthIpUdp = 14 + 20 + 8;
 constexpr size_t kTxSlot = 4096; // a frame being built for the AF_XDP transport
@@ -52,15 +56,13 @@ std::string ip_string(uint32_t be) {
     return buf;
 }
 
+// 0 if the interface is gone.
 uint32_t iface_mtu(uint32_t ifindex, std::string *name_out) {
     char name[IF_NAMESIZE] = {};
     if (!if_indextoname(ifindex, name))
         return 0;
     *name_out = name;
-    std::ifstream f(std::string("/sys/class/net/") + name + "/mtu");
-    uint32_t mtu = 0;
-    f >> mtu;
-    return mtu;
+    return util::iface_mtu(name).value_or(0);
 }
 
 // The relay header of a frame for `self` and its payload; false for
@@ -92,8 +94,6 @@ bool parse_eth_frame(std::span<const std::byte> f, uint32_t self, InFrame &out) 
     return parse_relay(p + off, f.size() - off, self, out);
 }
 
-using util::Fd;
-
 class UdpLink final : public Link {
   public:
     UdpLink(const std::string &pin_dir, std::optional<uint32_t> self_node,
@@ -115,8 +115,9 @@ class UdpLink final : public Link {
         sock_.reset(socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
         if (!sock_)
             throw std::runtime_error(fmt::format("mesh: socket(): {}", strerror(errno)));
-        int one = 1, buf = 8 << 20;
-        setsockopt(sock_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        // No SO_REUSEADDR: a second endpoint on this node must fail to bind,
+        // not share the port and silently take some of the first's frames.
+        int buf = 8 << 20;
         // Root may go past net.core.[rw]mem_max; a window of segments must fit.
         if (setsockopt(sock_.get(), SOL_SOCKET, SO_RCVBUFFORCE, &buf, sizeof buf) != 0)
             setsockopt(sock_.get(), SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
@@ -131,8 +132,9 @@ class UdpLink final : public Link {
         sa.sin_addr.s_addr = htonl(INADDR_ANY);
         if (bind(sock_.get(), reinterpret_cast<sockaddr *>(&sa), sizeof sa) != 0)
             throw std::runtime_error(
-                fmt::format("mesh: bind UDP port {}: {} (one endpoint per node)",
-                            INCXDP_RELAY_UDP_PORT, strerror(errno)));
+                fmt::format("mesh: bind UDP port {}: {} (one endpoint per node{})",
+                            INCXDP_RELAY_UDP_PORT, strerror(errno),
+                            errno == EADDRINUSE ? ": another process on this node holds it" : ""));
         rxbuf_.resize(kBatch * kRxBuf);
         if (xdp_who.empty())
             return;
@@ -404,14 +406,25 @@ class UdpLink final : public Link {
                 throw std::runtime_error(
                     fmt::format("the relay's interface {} is not here: {}", i, strerror(errno)));
             c.ifnames.push_back(name);
+            // The relay delivers every frame for this node to the sockets; the
+            // kernel drops one longer than a umem frame holds (no multi-buffer).
+            std::string ignored;
+            const uint32_t mtu = iface_mtu(i, &ignored);
+            if (mtu + 14 > kXskRxRoom)
+                throw std::runtime_error(
+                    fmt::format("{}'s MTU {} makes frames longer than an AF_XDP frame holds ({} B)",
+                                name, mtu, kXskRxRoom));
         }
         c.xskmap_fd = if_xsks_.get();
         c.queue_stride = INCXDP_RELAY_XSK_QUEUES; // queues past it deliver to the stack
         c.frame_size = kXskFrameSize;
         c.rx_frames = kXskRxFrames;
         c.batch = kBatch;
-        c.tx_live_frames = std::getenv("INCXDP_MESH_XDP_TX") == nullptr ||
-                           std::strcmp(std::getenv("INCXDP_MESH_XDP_TX"), "0") != 0;
+        // INCXDP_MESH_XDP_TX=0: neither live frames nor the tx ring (UDP sends).
+        const char *xdp_tx = std::getenv("INCXDP_MESH_XDP_TX");
+        c.tx_live_frames = !xdp_tx || std::strcmp(xdp_tx, "0") != 0;
+        if (!c.tx_live_frames)
+            c.tx_frames = 0;
         c.describe = who;
         xsk_ = make_afxdp_peers_transport(c);
         for (uint32_t slot = 0; slot < ifx.size(); slot++) {
@@ -552,6 +565,10 @@ std::unique_ptr<Link> open_udp_link(const std::string &pin_dir, uint32_t self_no
 std::unique_ptr<Link> open_xdp_link(const std::string &pin_dir, uint32_t self_node,
                                     const std::string &who) {
     return std::make_unique<UdpLink>(pin_dir, self_node, who.empty() ? "mesh link" : who);
+}
+
+std::unique_ptr<Link> open_xdp_link(const std::string &pin_dir, const std::string &who) {
+    return std::make_unique<UdpLink>(pin_dir, std::nullopt, who.empty() ? "mesh link" : who);
 }
 
 } // namespace incxdp::mesh

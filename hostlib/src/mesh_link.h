@@ -86,8 +86,10 @@ std::vector<uint32_t> local_addresses();
 uint32_t node_id_of(std::vector<uint32_t> addrs_host_order);
 
 /// The real link: one non-blocking UDP socket on INCXDP_RELAY_UDP_PORT and
-/// the routes read from the daemon's pinned maps in `pin_dir` (bpf_obj_get).
-/// Throws std::runtime_error naming the socket or the pin dir.
+/// the routes read from the daemon's pinned maps in `pin_dir` (bpf_obj_get);
+/// this node is the one the daemon's incxdp_relay_cfg names. Throws
+/// std::runtime_error naming the socket or the pin dir; binding the port
+/// fails while another endpoint of this node holds it (one per node).
 std::unique_ptr<Link> open_udp_link(const std::string &pin_dir);
 /// The same for a relay whose nodes are not named by their addresses (SMI
 /// names them by rank): this node is `self_node`, whatever the config says.
@@ -95,12 +97,17 @@ std::unique_ptr<Link> open_udp_link(const std::string &pin_dir, uint32_t self_no
 /// The same through AF_XDP (make_afxdp_peers_transport): frames for this
 /// node arrive on one socket per (interface the relay runs on, rx queue),
 /// put in the relay's incxdp_relay_if_xsks under the interface's slot
-/// (incxdp/relay.h); frames leave built whole for the first hop, as live
-/// frames through the relay program (bpf/lib/xsk_tx.h), those too long for
-/// one through the UDP socket. Where AF_XDP cannot bind, prints one notice
-/// line (naming `who`) and uses the UDP socket only. INCXDP_MESH_XDP_TX=0
-/// sends through the UDP socket.
+/// (incxdp/relay.h); frames leave built whole for the first hop through the
+/// transport (its tx rings, or live frames through the relay program for
+/// large batches), those too long for either through the UDP socket. Where AF_XDP cannot bind, prints one notice
+/// line (naming `who`) and uses the UDP socket only: no relay program or
+/// slot maps, an interface without XDP, a socket already bound on a queue,
+/// or an MTU whose frames an AF_XDP frame cannot hold. INCXDP_MESH_XDP_TX=0
+/// sends everything through the UDP socket.
 std::unique_ptr<Link> open_xdp_link(const std::string &pin_dir, uint32_t self_node,
                                     const std::string &who);
+/// The same for the mesh's own nodes: this node is the one the daemon's
+/// incxdp_relay_cfg names, as open_udp_link(pin_dir).
+std::unique_ptr<Link> open_xdp_link(const std::string &pin_dir, const std::string &who);
 
 } // namespace incxdp::mesh

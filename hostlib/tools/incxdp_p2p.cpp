@@ -116,7 +116,37 @@ void wait_all(mesh::Endpoint &ep, std::vector<mesh::Request *> reqs) {
     }
 }
 
-int run_pair(const Args &a, const Cluster &c, mesh::Endpoint &ep) {
+// Waits for receive r of iteration `it`. The peer sends while we do, so a
+// receive that gets no byte for timeout_s means the peer or its path is
+// gone: the endpoint fails only sends without progress, and a rank whose own
+// send is done would wait for the peer's message forever.
+size_t wait_recv(mesh::Endpoint &ep, mesh::Comm *comm, mesh::Request *r, double timeout_s,
+                 const std::string &peer, uint32_t it, uint32_t iters, uint64_t bytes) {
+    using Clock = std::chrono::steady_clock;
+    const auto window =
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+    uint64_t seen = ep.stats(comm).bytes_received;
+    auto since = Clock::now();
+    size_t got = 0;
+    while (!ep.test(r, &got)) {
+        ep.wait(1);
+        if (Clock::now() - since <= window)
+            continue;
+        const uint64_t now_bytes = ep.stats(comm).bytes_received;
+        if (now_bytes == seen)
+            throw mesh::Error(
+                mesh::ErrorKind::System,
+                fmt::format("no progress receiving from {} for {:.1f} s: its message of "
+                            "iteration {} of {} ({} bytes) is incomplete (did its process end, "
+                            "or its path go down?)",
+                            peer, timeout_s, it + 1, iters, bytes));
+        seen = now_bytes;
+        since = Clock::now();
+    }
+    return got;
+}
+
+int run_pair(const Args &a, const Cluster &c, mesh::Endpoint &ep, double timeout_s) {
     uint32_t me = a.rank, peer = uint32_t(a.peer);
     uint64_t bytes = parse_bytes(a.size);
     mesh::Comm *comm = nullptr;
@@ -159,9 +189,10 @@ int run_pair(const Args &a, const Cluster &c, mesh::Endpoint &ep) {
             ep.wait(1);
         while (!(s = ep.isend(comm, out.data(), out.size(), 0)))
             ep.wait(1);
-        size_t got = 0;
-        while (!ep.test(r, &got))
-            ep.wait(1);
+        const size_t got = wait_recv(ep, comm, r, timeout_s,
+                                     fmt::format("node {:#010x} (rank {}, {})", ep.peer_node(comm),
+                                                 peer, c.hosts[peer]->name),
+                                     it, a.iters, bytes);
         wait_all(ep, {s});
         if (got != bytes)
             throw mesh::Error(
@@ -386,7 +417,7 @@ int main(int argc, char **argv) {
         if (a.window)
             o.window = a.window;
         mesh::Endpoint ep(o);
-        return a.peer >= 0 ? run_pair(a, c, ep) : run_coll(a, c, ep);
+        return a.peer >= 0 ? run_pair(a, c, ep, o.timeout_s) : run_coll(a, c, ep);
     } catch (const std::exception &e) {
         fmt::print(stderr, "incxdp-p2p: rank {}: {}\n", a.rank, e.what());
         return 1;

@@ -65,7 +65,9 @@ struct CommStats {
 /// receives, acks, retransmits); nothing runs in the background.
 class Endpoint {
   public:
-    /// The real network: the UDP socket and the routes in `o.pin_dir`.
+    /// The real network: AF_XDP sockets on the relay's interfaces (the UDP
+    /// socket where they cannot bind, or with INCXDP_MESH_AF_XDP=0) and the
+    /// routes in `o.pin_dir`.
     explicit Endpoint(const Options &o = Options::from_env());
     /// Any link (tests use an in-memory one).
     Endpoint(std::unique_ptr<Link> link, const Options &o);
