@@ -47,17 +47,22 @@ void ensure_bpffs(const std::string &pin_dir)
         throw CtlError(errno_msg("cannot mount bpffs on " + root, errno));
 }
 
-Fd open_parents_map(const std::string &dir)
+Fd open_engine_map(const std::string &dir, const char *name, const char *feature)
 {
-    const std::string path = map_pin_path(dir, INCXDP_MAP_PARENTS);
+    const std::string path = map_pin_path(dir, name);
     const int fd = bpf_obj_get(path.c_str());
     if (fd < 0)
         throw CtlError(errno == ENOENT
                            ? fmt::format("the engine pinned in {} has no map {}: it was built "
-                                         "without trees; unload it and load this version",
-                                         dir, INCXDP_MAP_PARENTS)
+                                         "without {}; unload it and load this version",
+                                         dir, name, feature)
                            : errno_msg("cannot open pinned map " + path, errno));
     return Fd(fd);
+}
+
+Fd open_parents_map(const std::string &dir)
+{
+    return open_engine_map(dir, INCXDP_MAP_PARENTS, "trees");
 }
 
 static Fd open_pin(const std::string &dir, const char *name)

@@ -59,8 +59,10 @@ template <typename K> std::vector<K> map_keys(int fd)
 
 std::string map_pin_path(const std::string &dir, const char *map_name);
 
-// The engine's incxdp_parents (every tree job's parent link, native or
-// RoCE), which engines built before trees lack: that case is its own error.
+// A map of the engine pinned in `dir` that engines built before `feature`
+// lack: that case is its own error ("built without <feature>; unload it").
+Fd open_engine_map(const std::string &dir, const char *name, const char *feature);
+// Its incxdp_parents (every tree job's parent link, native or RoCE).
 Fd open_parents_map(const std::string &dir);
 
 // mkdir -p of a pin directory (the default ones are two levels below

@@ -38,15 +38,7 @@ std::string qpn_str(uint32_t qpn) {
 
 // The engine's connection map, which engines built before RoCE lack.
 Fd open_conns(const std::string &dir) {
-    const std::string path = map_pin_path(dir, INCXDP_MAP_ROCE_CONNS);
-    const int fd = bpf_obj_get(path.c_str());
-    if (fd < 0)
-        throw CtlError(errno == ENOENT
-                           ? fmt::format("the engine pinned in {} has no map {}: it was built "
-                                         "without RoCE support; unload it and load this version",
-                                         dir, INCXDP_MAP_ROCE_CONNS)
-                           : errno_msg("cannot open pinned map " + path, errno));
-    return Fd(fd);
+    return open_engine_map(dir, INCXDP_MAP_ROCE_CONNS, "RoCE support");
 }
 
 // The job's incxdp_parents entry: the connection to the parent switch
@@ -520,10 +512,9 @@ QpnSet set_qpn(const topo::Topology &t, const Options &o, uint32_t job, uint32_t
             v.peer_qpn = qpn;
             v.rc_device = 1; // only a device's QPN is learnt this way
             if (bpf_map_update_elem(conns.get(), &k, &v, BPF_EXIST) != 0)
-                throw CtlError(errno_msg(
-                    fmt::format("cannot update connection {} in map {}", qpn_str(c.parent_qpn),
-                                INCXDP_MAP_ROCE_CONNS),
-                    errno));
+                throw CtlError(errno_msg(fmt::format("cannot update connection {} in map {}",
+                                                     qpn_str(c.parent_qpn), INCXDP_MAP_ROCE_CONNS),
+                                         errno));
         });
     } catch (const std::exception &e) {
         throw CtlError(fmt::format("rules set-qpn: job {} rank {} ({}) on switch {} (namespace {}, "

@@ -5,8 +5,8 @@
 // pinned maps, entry for entry what the cabling gives, with BTF field names;
 // re-cabled to the chain, the same namespaces get the chain's tables. Then
 // the text cabling format and the 16-rank torus run tests/smi/smi_check.c.
-#include "shell_run.h"
 #include "../common/interrupt_cleanup.h"
+#include "shell_run.h"
 #include "smi_routes.h"
 
 #include <incxdp/smi_topology.h>
@@ -133,10 +133,11 @@ class SmiXdp : public ::testing::Test {
             const json s = json::parse(r.out);
             EXPECT_GT(s["deliver_xsk"].get<uint64_t>(), 0u) << "rank " << rank << ": " << r.out;
             EXPECT_EQ(s["deliver_stack"].get<uint64_t>(), 0u) << "rank " << rank << ": " << r.out;
-            if (way == "live")
+            if (way == "live") {
                 EXPECT_GT(s["sent"].get<uint64_t>(), 0u) << "rank " << rank << ": " << r.out;
-            if (way == "ring")
+            } else if (way == "ring") {
                 EXPECT_EQ(s["sent"].get<uint64_t>(), 0u) << "rank " << rank << ": " << r.out;
+            }
             // The transport's start-up probe (an empty slot) only.
             EXPECT_EQ(s["tx_bad"].get<uint64_t>(), 1u) << "rank " << rank << ": " << r.out;
         }
@@ -187,8 +188,15 @@ TEST_F(SmiXdp, TextCablingAndSixteenRanks) {
         for (const auto &[a, b] : j["connections"].items())
             out << a << " - " << b.get<std::string>() << "\n";
     }
-    CmdResult r = smi_run(text_file_, "-- " SMI_CHECK " pipeline", 60);
+    // INCXDP_MESH_XDP_TX=0: frames still arrive through AF_XDP but leave
+    // through the UDP socket (neither the tx ring nor live frames).
+    CmdResult r = smi_run(
+        text_file_, "-- env INCXDP_SMI_VERBOSE=1 INCXDP_MESH_XDP_TX=0 " SMI_CHECK " pipeline", 60);
     expect_all_ok(r, 8, "pipeline");
+    for (int rank = 0; rank < 8; rank++)
+        EXPECT_NE(r.out.find("SMI rank " + std::to_string(rank) + ": delivery af_xdp, sending udp"),
+                  std::string::npos)
+            << r.out;
 
     r = smi_run(kSmiDir + "torus16.json", "--keep -- " SMI_CHECK " pipeline", 90);
     expect_all_ok(r, 16, "pipeline");
